@@ -1,0 +1,24 @@
+"""plait's algorithm language: named-axis tensors traced into an algorithm graph."""
+from .algorithm import Algorithm, Param, algorithm
+from .dtypes import DType, dtype_of, promote, promotion_table, round_to
+from .errors import PlaitError, SourceLoc
+from .graph import AlgorithmGraph
+from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
+from .node import OPS, Node
+from .ops import (abs, cos, erf, exp, exp2, log, log2, logical_and, logical_not, logical_or,
+                  max, maximum, min, minimum, rsqrt, sigmoid, sin, sqrt, sum, tanh)
+from .reference import bind_sizes, evaluate
+from .tensor import Tensor, TensorSpec, broadcast, cast, size, where
+
+bf16, fp16, fp32 = DType.BF16, DType.FP16, DType.FP32
+fp8_e4m3, fp8_e5m2 = DType.FP8_E4M3, DType.FP8_E5M2
+
+__all__ = [
+    "Algorithm", "AlgorithmGraph", "DType", "Node", "OPS", "Param", "PlaitError", "SourceLoc",
+    "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "broadcast", "cast", "cos",
+    "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
+    "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
+    "mean", "min", "minimum", "promote", "promotion_table", "relu", "round_to", "rsqrt",
+    "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "sum", "tanh", "var", "where",
+    "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
+]

@@ -1,0 +1,83 @@
+"""Composite functions written in the DSL itself (they trace to primitives)."""
+from __future__ import annotations
+
+import math
+
+from .errors import PlaitError, user_location
+from .ops import erf, exp, log, maximum, rsqrt, sigmoid, sqrt, tanh
+from .ops import max as max_
+from .ops import sum as sum_
+from .tensor import Tensor, broadcast, size
+
+
+def mean(x: Tensor, over=None) -> Tensor:
+    axes = (over,) if isinstance(over, str) else tuple(over or ())
+    total = sum_(x, over=over)
+    dtype = total.dtype if total.dtype.is_float else "fp32"
+    count = size(axes[0], dtype) if axes else None
+    for a in axes[1:]:
+        count = count * size(a, dtype)
+    if count is None:
+        return total
+    return total / count
+
+
+def var(x: Tensor, over=None) -> Tensor:
+    xc = x - mean(x, over=over)
+    return mean(xc * xc, over=over)
+
+
+def softmax(x: Tensor, over=None) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) over the axis (stable form)."""
+    e = exp(x - max_(x, over=over))
+    return e / sum_(e, over=over)
+
+
+def logsumexp(x: Tensor, over=None) -> Tensor:
+    m = max_(x, over=over)
+    return log(sum_(exp(x - m), over=over)) + m
+
+
+def log_softmax(x: Tensor, over=None) -> Tensor:
+    return x - logsumexp(x, over=over)
+
+
+def relu(x: Tensor) -> Tensor:
+    return maximum(x, 0.0)
+
+
+def silu(x: Tensor) -> Tensor:
+    return x * sigmoid(x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, exact erf form."""
+    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU, tanh approximation."""
+    return 0.5 * x * (1.0 + tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def power(x: Tensor, exponent) -> Tensor:
+    """x ** exponent for a Python number exponent."""
+    if isinstance(exponent, Tensor):
+        return exp(log(x) * exponent)
+    if not isinstance(exponent, (int, float)):
+        raise PlaitError(f"x ** {exponent!r}: the exponent must be a number or tensor",
+                         user_location())
+    if exponent == 0.5:
+        return sqrt(x)
+    if exponent == -0.5:
+        return rsqrt(x)
+    if float(exponent).is_integer() and 0 < abs(exponent) <= 8:
+        result = x
+        for _ in range(int(abs(exponent)) - 1):
+            result = result * x
+        return result if exponent > 0 else 1.0 / result
+    return exp(log(x) * float(exponent))
+
+
+__all__ = ["mean", "var", "softmax", "logsumexp", "log_softmax", "relu", "silu", "gelu",
+           "gelu_tanh", "power", "broadcast"]

@@ -1,0 +1,179 @@
+"""Every primitive op: its user-facing function, reference evaluation and gradient rule.
+
+The rules of one op stand together so that adding an op means adding one
+block here (and one lowering rule in `plait.lowering.ops_llvm` /
+`plait.lowering.emulate`). Reference evaluation works in float64 numpy.
+Gradient rules build the gradient with the DSL itself: `vjp(node, g, out,
+*inputs)` gets Tensors and returns one gradient per input (None where none
+flows); autodiff sums gradients over broadcast axes afterwards.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .dtypes import DType
+from .node import OpDef, register
+from .tensor import Tensor, binary, broadcast, cast, compare, new_node, reduce, unary, where
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if np.size(x) else x
+
+
+def _no_grad(*_):
+    return None
+
+
+# ---- sources ---------------------------------------------------------------
+register(OpDef("input", "source", lambda n, ctx: ctx.inputs[n.attr("name")]))
+register(OpDef("param", "source", lambda n, ctx: np.float64(ctx.inputs[n.attr("name")])))
+register(OpDef("const", "source", lambda n, ctx: np.float64(n.attr("value"))
+               if n.dtype.is_float else np.asarray(n.attr("value"), n.dtype.numpy)))
+register(OpDef("size", "source", lambda n, ctx: np.float64(ctx.sizes[n.attr("axis")])))
+
+# ---- unary -------------------------------------------------------------------
+_UNARY = {
+    "neg": (np.negative, lambda n, g, y, x: (-g,)),
+    "abs": (np.abs, lambda n, g, y, x: (where(x >= 0, g, -g),)),
+    "exp": (np.exp, lambda n, g, y, x: (g * y,)),
+    "exp2": (np.exp2, lambda n, g, y, x: (g * y * math.log(2.0),)),
+    "log": (np.log, lambda n, g, y, x: (g / x,)),
+    "log2": (np.log2, lambda n, g, y, x: (g / (x * math.log(2.0)),)),
+    "sqrt": (np.sqrt, lambda n, g, y, x: (g * 0.5 / y,)),
+    "rsqrt": (lambda a: 1.0 / np.sqrt(a), lambda n, g, y, x: (g * -0.5 * y * y * y,)),
+    "tanh": (np.tanh, lambda n, g, y, x: (g * (1.0 - y * y),)),
+    "sigmoid": (lambda a: 1.0 / (1.0 + np.exp(-a)), lambda n, g, y, x: (g * y * (1.0 - y),)),
+    "erf": (_erf, lambda n, g, y, x: (g * (2.0 / math.sqrt(math.pi)) * exp(-(x * x)),)),
+    "sin": (np.sin, lambda n, g, y, x: (g * cos(x),)),
+    "cos": (np.cos, lambda n, g, y, x: (-(g * sin(x)),)),
+    "logical_not": (np.logical_not, None),
+}
+for _name, (_fn, _vjp) in _UNARY.items():
+    register(OpDef(_name, "elementwise", lambda n, ctx, a, _fn=_fn: _fn(a), _vjp))
+
+
+def exp(x): return unary("exp", x)
+def exp2(x): return unary("exp2", x)
+def log(x): return unary("log", x)
+def log2(x): return unary("log2", x)
+def sqrt(x): return unary("sqrt", x)
+def rsqrt(x): return unary("rsqrt", x)
+def tanh(x): return unary("tanh", x)
+def sigmoid(x): return unary("sigmoid", x)
+def erf(x): return unary("erf", x)
+def abs(x): return unary("abs", x)  # noqa: A001 - the DSL's abs
+def sin(x): return unary("sin", x)
+def cos(x): return unary("cos", x)
+def logical_not(x): return unary("logical_not", x)
+
+
+# ---- binary ------------------------------------------------------------------
+def _max_vjp(n, g, y, a, b):
+    pick_a = a >= b
+    return where(pick_a, g, 0.0), where(pick_a, 0.0, g)
+
+
+def _min_vjp(n, g, y, a, b):
+    pick_a = a <= b
+    return where(pick_a, g, 0.0), where(pick_a, 0.0, g)
+
+
+_BINARY = {
+    "add": (np.add, lambda n, g, y, a, b: (g, g)),
+    "sub": (np.subtract, lambda n, g, y, a, b: (g, -g)),
+    "mul": (np.multiply, lambda n, g, y, a, b: (g * b, g * a)),
+    "div": (np.divide, lambda n, g, y, a, b: (g / b, -(g * y / b))),
+    "maximum": (np.maximum, _max_vjp),
+    "minimum": (np.minimum, _min_vjp),
+    "logical_and": (np.logical_and, None),
+    "logical_or": (np.logical_or, None),
+}
+for _name, (_fn, _vjp) in _BINARY.items():
+    register(OpDef(_name, "elementwise", lambda n, ctx, a, b, _fn=_fn: _fn(a, b), _vjp))
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
+for _name, _fn in _COMPARE.items():
+    # Comparisons are piecewise constant: no gradient flows through them, and
+    # that is right, not a refusal (their users, like where, carry it).
+    register(OpDef(_name, "elementwise", lambda n, ctx, a, b, _fn=_fn: _fn(a, b),
+                   lambda n, g, y, a, b: (None, None)))
+
+
+def maximum(a, b): return binary("maximum", a, b)
+def minimum(a, b): return binary("minimum", a, b)
+def logical_and(a, b): return binary("logical_and", a, b)
+def logical_or(a, b): return binary("logical_or", a, b)
+
+
+register(OpDef("where", "elementwise", lambda n, ctx, c, a, b: np.where(c, a, b),
+               lambda n, g, y, c, a, b: (None, where(c, g, 0.0), where(c, 0.0, g))))
+
+
+def _cast_eval(n, ctx, a):
+    from .dtypes import round_to
+    return round_to(a, n.dtype) if ctx.round else (
+        a if n.dtype.is_float else round_to(a, n.dtype))
+
+
+register(OpDef("cast", "elementwise", _cast_eval,
+               lambda n, g, y, x: (cast(g, x.dtype) if x.dtype.is_float else None,)))
+
+
+# ---- reductions and broadcast -----------------------------------------------
+def _reduce_eval(fn):
+    def evaluate(n, ctx, a):
+        return fn(a, axis=n.inputs[0].axes.index(n.attr("axis")))
+    return evaluate
+
+
+def _sum_vjp(n, g, y, x):
+    return (broadcast(g, x.axes),)
+
+
+def _extreme_vjp(n, g, y, x):
+    hit = cast(x == broadcast(y, x.axes), g.dtype)
+    # Ties share the gradient evenly, so the rule is symmetric in its inputs.
+    share = hit / reduce("sum", hit, over=n.attr("axis"))
+    return (share * g,)
+
+
+register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp, pure_elementwise=False))
+register(OpDef("max", "reduce", _reduce_eval(np.max), _extreme_vjp, pure_elementwise=False))
+register(OpDef("min", "reduce", _reduce_eval(np.min), _extreme_vjp, pure_elementwise=False))
+
+
+def _broadcast_eval(n, ctx, a):
+    src = n.inputs[0].axes
+    expanded = np.expand_dims(a, tuple(i for i, ax in enumerate(n.axes) if ax not in src))
+    return np.broadcast_to(expanded, tuple(ctx.sizes[ax] for ax in n.axes))
+
+
+def _broadcast_vjp(n, g, y, x):
+    extra = tuple(a for a in n.axes if a not in x.axes)
+    return (reduce("sum", g, over=extra),)
+
+
+register(OpDef("broadcast", "broadcast", _broadcast_eval, _broadcast_vjp,
+               pure_elementwise=False))
+
+
+def sum(x, over=None):  # noqa: A001 - the DSL's sum
+    """Sum over the named axis (or tuple of axes)."""
+    return reduce("sum", x, over)
+
+
+def max(x, over=None):  # noqa: A001
+    return reduce("max", x, over)
+
+
+def min(x, over=None):  # noqa: A001
+    return reduce("min", x, over)
+
+
+__all__ = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
+           "sin", "cos", "maximum", "minimum", "where", "cast", "sum", "max", "min",
+           "compare", "new_node", "Tensor", "DType", "broadcast", "logical_and", "logical_or",
+           "logical_not"]

@@ -1,0 +1,102 @@
+"""The numpy reference evaluator: what an algorithm graph means.
+
+By default every value is float64 (integers and bools keep their type). With
+`rounding`, each node's value is rounded as the GPU would hold it: `rounding`
+maps a node to the dtype its value is kept in (or None to leave it), e.g. the
+schedule's compute dtype for arithmetic and the storage dtype for outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .dtypes import DType, round_to
+from .errors import PlaitError
+from .graph import AlgorithmGraph
+from .node import OPS, Node
+
+
+@dataclass
+class EvalContext:
+    inputs: dict
+    sizes: dict[str, int]
+    round: bool = False
+    values: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def bind_sizes(graph: AlgorithmGraph, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Axis extents from input shapes; refuses rank or extent mismatches by name."""
+    sizes: dict[str, int] = {}
+    where_from: dict[str, str] = {}
+    for p in graph.params:
+        if not p.is_tensor:
+            continue
+        if p.name not in shapes:
+            raise PlaitError(f"{graph.name}: missing input {p.name!r}")
+        shape = tuple(shapes[p.name])
+        if len(shape) != len(p.axes):
+            raise PlaitError(f"{graph.name}: input {p.name!r} is declared over "
+                             f"[{', '.join(p.axes)}] ({len(p.axes)} axes) but has shape {shape}")
+        for axis, extent in zip(p.axes, shape):
+            if axis in sizes and sizes[axis] != extent:
+                raise PlaitError(f"{graph.name}: axis {axis} is {sizes[axis]} in "
+                                 f"{where_from[axis]!r} but {extent} in {p.name!r}")
+            sizes.setdefault(axis, int(extent))
+            where_from.setdefault(axis, p.name)
+    for axis, extent in sizes.items():
+        if extent <= 0:
+            raise PlaitError(f"{graph.name}: axis {axis} has extent {extent}; plait needs >= 1")
+    return sizes
+
+
+def _align(array, src_axes: tuple[str, ...], dst_axes: tuple[str, ...]):
+    """View `array` (dims in src_axes order) with dims in dst_axes order, size-1 where absent."""
+    array = np.asarray(array)
+    if src_axes == dst_axes:
+        return array
+    missing = tuple(i for i, a in enumerate(dst_axes) if a not in src_axes)
+    order = [src_axes.index(a) for a in dst_axes if a in src_axes]
+    return np.expand_dims(np.transpose(array, order), missing) if missing else np.transpose(
+        array, order)
+
+
+def evaluate(graph: AlgorithmGraph, inputs: dict, *,
+             rounding: Callable[[Node], DType | None] | None = None) -> dict[str, np.ndarray]:
+    """Run the graph on numpy inputs (keyed by argument name); returns outputs by name."""
+    shapes = {p.name: np.shape(inputs[p.name]) for p in graph.params
+              if p.is_tensor and p.name in inputs}
+    sizes = bind_sizes(graph, shapes)
+    values: dict[str, object] = {}
+    for p in graph.params:
+        if p.is_tensor:
+            arr = np.asarray(inputs[p.name])
+            values[p.name] = arr.astype(np.float64) if arr.dtype.kind == "f" or \
+                arr.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else arr
+        else:
+            values[p.name] = inputs.get(p.name, p.default)
+            if values[p.name] is None:
+                raise PlaitError(f"{graph.name}: missing scalar argument {p.name!r}")
+    ctx = EvalContext(values, sizes, round=rounding is not None)
+    for node in graph.nodes:
+        ctx.values[node.uid] = _eval_node(node, ctx, rounding)
+    return {name: np.asarray(ctx.values[n.uid]) for name, n in graph.outputs.items()}
+
+
+def _eval_node(node: Node, ctx: EvalContext, rounding):
+    opdef = OPS[node.op]
+    args = [ctx.values[i.uid] for i in node.inputs]
+    if opdef.kind == "elementwise":
+        args = [_align(a, i.axes, node.axes) for a, i in zip(args, node.inputs)]
+    value = opdef.evaluate(node, ctx, *args)
+    if opdef.kind == "elementwise":
+        shape = tuple(ctx.sizes[a] for a in node.axes)
+        value = np.broadcast_to(value, np.broadcast_shapes(np.shape(value), shape))
+    if rounding is not None:
+        dtype = rounding(node)
+        if dtype is not None and node.dtype != DType.BOOL:
+            value = round_to(np.asarray(value, np.float64), dtype)
+    elif node.dtype.is_float:
+        value = np.asarray(value, np.float64)
+    return value

@@ -1,0 +1,269 @@
+"""The traced tensor: what an algorithm's arguments are while it is traced.
+
+`Tensor["M", "N"]` in an annotation declares named axes; inside the traced
+function each argument is a `Tensor` wrapping a graph Node, and arithmetic on
+it builds more nodes. Broadcasting is by axis name: the result carries the
+union of the operands' axes in the algorithm's canonical axis order.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from .dtypes import DType, dtype_of, promote, promote_weak
+from .errors import PlaitError, user_location
+from .node import OPS, Node, make_attrs
+
+
+class TensorSpec:
+    """The annotation `Tensor["M", "N"]` (optionally with a dtype: `Tensor["M", "N", "bf16"]`)."""
+
+    def __init__(self, axes: tuple[str, ...], dtype: DType | None = None):
+        self.axes = axes
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"Tensor[{', '.join(repr(a) for a in self.axes)}]"
+
+
+class _TraceState(threading.local):
+    axis_order: tuple[str, ...] | None = None
+
+
+_state = _TraceState()
+
+
+@contextlib.contextmanager
+def axis_order(order: tuple[str, ...]):
+    """While tracing, the canonical order of every axis the algorithm may use."""
+    saved = _state.axis_order
+    _state.axis_order = order
+    try:
+        yield
+    finally:
+        _state.axis_order = saved
+
+
+def canonical_axes(axes) -> tuple[str, ...]:
+    order = _state.axis_order
+    unique = list(dict.fromkeys(axes))
+    if order is None:
+        return tuple(unique)
+    for a in unique:
+        if a not in order:
+            raise PlaitError(f"unknown axis {a!r}; the algorithm's axes are {', '.join(order)}",
+                             user_location())
+    return tuple(a for a in order if a in unique)
+
+
+class Tensor:
+    """A traced value. Use it like an array; it records the operations applied."""
+
+    __slots__ = ("node",)
+    __array_priority__ = 1000
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def __class_getitem__(cls, item) -> TensorSpec:
+        items = item if isinstance(item, tuple) else (item,)
+        dtype = None
+        if items and isinstance(items[-1], (DType,)) or (
+                items and isinstance(items[-1], str) and _is_dtype_name(items[-1])):
+            dtype, items = dtype_of(items[-1]), items[:-1]
+        for a in items:
+            if not isinstance(a, str) or not a.isidentifier():
+                raise PlaitError(f"axis names must be identifiers, got {a!r}", user_location())
+        if len(set(items)) != len(items):
+            raise PlaitError(f"repeated axis in Tensor{list(items)}", user_location())
+        return TensorSpec(tuple(items), dtype)
+
+    # ---- introspection
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return self.node.axes
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.dtype}[{', '.join(self.axes)}])"
+
+    def __bool__(self):
+        raise PlaitError("a traced tensor has no truth value: Python `if`/`while` on tensor "
+                         "values is not traceable; use where(cond, a, b)", user_location())
+
+    def __iter__(self):
+        raise PlaitError("a traced tensor cannot be iterated; index by axis names instead",
+                         user_location())
+
+    def __len__(self):
+        raise PlaitError("len() of a traced tensor is unknown at trace time; use size(axis)",
+                         user_location())
+
+    # ---- arithmetic
+    def __add__(self, o): return binary("add", self, o)
+    def __radd__(self, o): return binary("add", o, self)
+    def __sub__(self, o): return binary("sub", self, o)
+    def __rsub__(self, o): return binary("sub", o, self)
+    def __mul__(self, o): return binary("mul", self, o)
+    def __rmul__(self, o): return binary("mul", o, self)
+    def __truediv__(self, o): return binary("div", self, o)
+    def __rtruediv__(self, o): return binary("div", o, self)
+    def __neg__(self): return unary("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return unary("abs", self)
+    def __lt__(self, o): return compare("lt", self, o)
+    def __le__(self, o): return compare("le", self, o)
+    def __gt__(self, o): return compare("gt", self, o)
+    def __ge__(self, o): return compare("ge", self, o)
+    def __eq__(self, o): return compare("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return compare("ne", self, o)  # type: ignore[override]
+    __hash__ = None  # type: ignore[assignment]
+
+    def __pow__(self, exponent):
+        from . import library
+        return library.power(self, exponent)
+
+    def __matmul__(self, other):
+        raise PlaitError("`@` needs a contraction axis; write sum(a * b, over=AXIS)",
+                         user_location())
+
+
+def _is_dtype_name(text: str) -> bool:
+    try:
+        dtype_of(text)
+        return True
+    except ValueError:
+        return False
+
+
+def new_node(op: str, inputs, axes, dtype: DType, **attrs) -> Tensor:
+    if op not in OPS:
+        raise PlaitError(f"unsupported operation {op!r}", user_location())
+    return Tensor(Node(op, tuple(i.node for i in inputs), tuple(axes), dtype,
+                       make_attrs(**attrs), user_location()))
+
+
+def constant(value, dtype: DType) -> Tensor:
+    if dtype.is_float:
+        value = float(value)
+    elif dtype == DType.BOOL:
+        value = bool(value)
+    else:
+        value = int(value)
+    return new_node("const", (), (), dtype, value=value)
+
+
+def _as_tensor(x, other_dtype: DType | None, what: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float)):
+        dtype = promote_weak(other_dtype or DType.FP32, x)
+        return constant(x, dtype)
+    raise PlaitError(f"{what}: expected a plait tensor or a Python number, got "
+                     f"{type(x).__name__}", user_location())
+
+
+def _is_weak(x) -> bool:
+    """Scalar parameters are Python numbers at call time, so they promote weakly."""
+    return isinstance(x, Tensor) and x.node.op == "param" and not x.axes
+
+
+def _operand_dtype(a, b) -> DType:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if _is_weak(a) != _is_weak(b):
+            t, s = (b, a) if _is_weak(a) else (a, b)
+            return promote_weak(t.dtype, 0.0 if s.dtype.is_float else 0)
+        return promote(a.dtype, b.dtype)
+    t, s = (a, b) if isinstance(a, Tensor) else (b, a)
+    return promote_weak(t.dtype, s)
+
+
+def _coerce(x, dtype: DType, what: str) -> Tensor:
+    x = _as_tensor(x, dtype, what)
+    return x if _is_weak(x) and x.dtype.is_float == dtype.is_float else cast(x, dtype)
+
+
+def binary(op: str, a, b) -> Tensor:
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise PlaitError(f"{op} needs at least one tensor", user_location())
+    dtype = _operand_dtype(a, b)
+    a = _coerce(a, dtype, op)
+    b = _coerce(b, dtype, op)
+    if dtype == DType.BOOL and op not in ("logical_and", "logical_or", "maximum", "minimum"):
+        raise PlaitError(f"{op} is not defined on bool tensors; cast first", user_location())
+    return new_node(op, (a, b), canonical_axes(a.axes + b.axes), dtype)
+
+
+def compare(op: str, a, b) -> Tensor:
+    dtype = _operand_dtype(a, b)
+    a = _coerce(a, dtype, op)
+    b = _coerce(b, dtype, op)
+    return new_node(op, (a, b), canonical_axes(a.axes + b.axes), DType.BOOL)
+
+
+def unary(op: str, x) -> Tensor:
+    x = _as_tensor(x, None, op)
+    if op not in ("neg", "abs", "logical_not") and not x.dtype.is_float:
+        x = cast(x, DType.FP32)
+    return new_node(op, (x,), x.axes, x.dtype)
+
+
+def cast(x, dtype) -> Tensor:
+    """x converted to dtype (rounding to nearest even; fp8 saturates)."""
+    dtype = dtype_of(dtype)
+    x = _as_tensor(x, dtype, "cast")
+    if x.dtype == dtype:
+        return x
+    if x.node.op == "const" and not x.node.inputs:
+        return constant(x.node.attr("value"), dtype)
+    return new_node("cast", (x,), x.axes, dtype)
+
+
+def where(cond, a, b) -> Tensor:
+    """Elementwise choice: a where cond is true, else b."""
+    if not isinstance(cond, Tensor) or cond.dtype != DType.BOOL:
+        raise PlaitError("where(cond, a, b) needs a bool tensor cond (a comparison)",
+                         user_location())
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        dtype = _operand_dtype(a, b)
+    else:
+        dtype = promote_weak(DType.FP32, a)
+    a = _coerce(a, dtype, "where")
+    b = _coerce(b, dtype, "where")
+    return new_node("where", (cond, a, b), canonical_axes(cond.axes + a.axes + b.axes), dtype)
+
+
+def _over(x: Tensor, over, what: str) -> tuple[str, ...]:
+    if over is None:
+        raise PlaitError(f"{what} needs over=AXIS (axes are named, never positional)",
+                         user_location())
+    axes = (over,) if isinstance(over, str) else tuple(over)
+    for a in axes:
+        if a not in x.axes:
+            raise PlaitError(f"{what} over {a!r}: the tensor's axes are "
+                             f"[{', '.join(x.axes)}]", user_location())
+    return axes
+
+
+def reduce(op: str, x, over) -> Tensor:
+    x = _as_tensor(x, None, op)
+    for axis in _over(x, over, op):
+        x = new_node(op, (x,), tuple(a for a in x.axes if a != axis), x.dtype, axis=axis)
+    return x
+
+
+def broadcast(x: Tensor, axes) -> Tensor:
+    """x repeated along the axes it lacks (a no-op for lowering; explicit for autodiff)."""
+    target = canonical_axes(tuple(axes) + x.axes)
+    if target == x.axes:
+        return x
+    return new_node("broadcast", (x,), target, x.dtype)
+
+
+def size(axis: str, dtype=DType.FP32) -> Tensor:
+    """The extent of a named axis as a scalar known at run time (fp32 unless asked)."""
+    canonical_axes((axis,))
+    return new_node("size", (), (), dtype_of(dtype), axis=axis)
