@@ -1,0 +1,1 @@
+"""The pass pipeline from algorithm graphs down to PTX."""

@@ -1,0 +1,87 @@
+"""What lowering hands the runtime: compiled kernels and the buffers between them.
+
+Plain data (no llvmlite, no CUDA) so that the runtime can cache a Program on
+disk as JSON and launch it without importing the compiler.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from plait.dsl.dtypes import DType, dtype_of
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor in device memory: an algorithm input, an output, or a temporary.
+
+    Temporaries are allocated by the runtime (zero-filled when `zero` is set,
+    as atomic reductions need) and freed after the program runs. Extents are
+    the named axes' sizes, except `partials`, a leading axis of that many rows.
+    """
+    name: str
+    dtype: DType
+    axes: tuple[str, ...]
+    role: str               # 'input' | 'output' | 'temp'
+    zero: bool = False
+    partials: int = 0
+
+    def shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        lead = (self.partials,) if self.partials else ()
+        return lead + tuple(sizes[a] for a in self.axes)
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel parameter, in order: a buffer's address, an axis size (int32), or a scalar."""
+    name: str
+    kind: str               # 'buffer' | 'size' | 'scalar'
+    dtype: DType            # element dtype of a buffer; INT32 for sizes; the scalar's dtype
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    name: str               # stable name, e.g. 'layernorm' or 'layernorm.bwd.dx'
+    entry: str              # the PTX entry symbol
+    target: str             # e.g. 'sm_90a'
+    ptx: str
+    args: tuple[KernelArg, ...]
+    threads: int            # threads per block
+    grid: tuple[tuple[str, int], ...]   # blocks = prod(ceil(size[axis] / tile))
+    shared_bytes: int = 0   # static shared memory (informational)
+
+    def blocks(self, sizes: dict[str, int]) -> int:
+        total = 1
+        for axis, tile in self.grid:
+            total *= -(-sizes[axis] // tile)
+        return total
+
+
+@dataclass(frozen=True)
+class Program:
+    """An algorithm compiled for one target and specialization: kernels in launch order."""
+    algorithm: str
+    target: str
+    buffers: tuple[Buffer, ...]
+    kernels: tuple[CompiledKernel, ...]
+
+    def to_json(self) -> str:
+        def enc(o):
+            if isinstance(o, DType):
+                return o.short
+            raise TypeError(type(o))
+        return json.dumps(asdict(self), default=enc, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "Program":
+        d = json.loads(text)
+        buffers = tuple(Buffer(b["name"], dtype_of(b["dtype"]), tuple(b["axes"]), b["role"],
+                               b["zero"], b["partials"]) for b in d["buffers"])
+        kernels = tuple(
+            CompiledKernel(k["name"], k["entry"], k["target"], k["ptx"],
+                           tuple(KernelArg(a["name"], a["kind"], dtype_of(a["dtype"]))
+                                 for a in k["args"]),
+                           k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
+                           k["shared_bytes"])
+            for k in d["kernels"])
+        return Program(d["algorithm"], d["target"], buffers, kernels)

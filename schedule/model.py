@@ -1,0 +1,195 @@
+"""The schedule model: how one algorithm's kernels map onto a GPU.
+
+The YAML form and the Python form are the same objects: `Schedule.from_dict`
+accepts exactly what a YAML file holds, and `to_dict` gives it back.
+
+    algorithm: layernorm
+    grid:  {M: 1}                          # axes spread over the grid, with the tile per block
+    block: {N: {threads: 256, vector: 8}}  # how a block's threads spread along an axis
+    dtypes: {storage: bf16, compute: fp32, accumulate: fp32}
+    kernels:                               # per-kernel overrides, keyed by kernel name
+      dw: {grid: {M: 64}, block: {M: {threads: 4}, N: {threads: 64, vector: 4}}}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from plait.dsl.dtypes import DType, dtype_of
+
+
+@dataclass(frozen=True)
+class AxisBlock:
+    """Threads of a block laid along one axis, each taking `vector` adjacent elements."""
+    threads: int = 1
+    vector: int = 1
+
+    def to_dict(self) -> dict:
+        out = {"threads": self.threads}
+        if self.vector != 1:
+            out["vector"] = self.vector
+        return out
+
+
+@dataclass(frozen=True)
+class DTypePolicy:
+    """Storage dtype per tensor name ('default' for the rest), compute and accumulate dtypes.
+
+    Absent entries mean: storage as the arrays come, compute and accumulate in fp32.
+    """
+    storage: tuple[tuple[str, DType], ...] = ()
+    compute: DType | None = None
+    accumulate: DType | None = None
+
+    def storage_of(self, name: str) -> DType | None:
+        table = dict(self.storage)
+        return table.get(name, table.get("default"))
+
+    def to_dict(self) -> dict:
+        out: dict = {}
+        if self.storage:
+            table = dict(self.storage)
+            out["storage"] = (table["default"].short if list(table) == ["default"]
+                              else {k: v.short for k, v in self.storage})
+        if self.compute is not None:
+            out["compute"] = self.compute.short
+        if self.accumulate is not None:
+            out["accumulate"] = self.accumulate.short
+        return out
+
+    @staticmethod
+    def from_dict(d: dict | None) -> "DTypePolicy":
+        d = d or {}
+        storage = d.get("storage")
+        if storage is None:
+            pairs: tuple = ()
+        elif isinstance(storage, (str, DType)):
+            pairs = (("default", dtype_of(storage)),)
+        else:
+            pairs = tuple(sorted((k, dtype_of(v)) for k, v in storage.items()))
+        comp = d.get("compute")
+        acc = d.get("accumulate")
+        return DTypePolicy(pairs, dtype_of(comp) if comp else None,
+                           dtype_of(acc) if acc else None)
+
+
+@dataclass(frozen=True)
+class KernelSchedule:
+    """The mapping of one kernel.
+
+    grid: axis -> tile, the elements of that axis one block covers; an axis of
+      the kernel absent from grid is covered whole by each block.
+    block: axis -> AxisBlock; at most two axes (a row axis and the innermost,
+      contiguous axis); thread counts are powers of two, 32..1024 in total.
+    warps: optional cross-check of the total thread count (threads / 32).
+    reduction: how a sum over a grid axis is finished: 'two_stage' or 'atomic'.
+    save: names of forward intermediates a gradient kernel reads back instead
+      of recomputing (autodiff).
+    """
+    grid: tuple[tuple[str, int], ...] = ()
+    block: tuple[tuple[str, AxisBlock], ...] = ()
+    warps: int | None = None
+    reduction: str = "two_stage"
+    save: tuple[str, ...] = ()
+
+    @property
+    def grid_tiles(self) -> dict[str, int]:
+        return dict(self.grid)
+
+    @property
+    def block_axes(self) -> dict[str, AxisBlock]:
+        return dict(self.block)
+
+    @property
+    def threads(self) -> int:
+        total = 1
+        for _, ab in self.block:
+            total *= ab.threads
+        return total
+
+    def to_dict(self) -> dict:
+        out: dict = {}
+        if self.grid:
+            out["grid"] = dict(self.grid)
+        if self.block:
+            out["block"] = {k: v.to_dict() for k, v in self.block}
+        if self.warps is not None:
+            out["warps"] = self.warps
+        if self.reduction != "two_stage":
+            out["reduction"] = self.reduction
+        if self.save:
+            out["save"] = list(self.save)
+        return out
+
+    @staticmethod
+    def from_dict(d: dict | None) -> "KernelSchedule":
+        d = d or {}
+        block = []
+        for axis, spec in (d.get("block") or {}).items():
+            spec = spec if isinstance(spec, dict) else {"threads": spec}
+            block.append((axis, AxisBlock(int(spec.get("threads", 1)), int(spec.get("vector", 1)))))
+        return KernelSchedule(
+            grid=tuple((k, int(v)) for k, v in (d.get("grid") or {}).items()),
+            block=tuple(block),
+            warps=None if d.get("warps") is None else int(d["warps"]),
+            reduction=d.get("reduction", "two_stage"),
+            save=tuple(d.get("save") or ()),
+        )
+
+    def merged(self, override: "KernelSchedule") -> "KernelSchedule":
+        """This schedule with every field the override sets replaced."""
+        return replace(
+            self,
+            grid=override.grid or self.grid,
+            block=override.block or self.block,
+            warps=override.warps if override.warps is not None else self.warps,
+            reduction=override.reduction if override.reduction != "two_stage" else self.reduction,
+            save=override.save or self.save,
+        )
+
+
+KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save")
+TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """All kernels of one algorithm: a default mapping, per-kernel overrides, a dtype policy."""
+    algorithm: str
+    target: str | None = None
+    default: KernelSchedule = field(default_factory=KernelSchedule)
+    kernels: tuple[tuple[str, KernelSchedule], ...] = ()
+    dtypes: DTypePolicy = field(default_factory=DTypePolicy)
+    source: str | None = field(default=None, compare=False)
+
+    def for_kernel(self, name: str) -> KernelSchedule:
+        """The mapping of kernel `name` ('layernorm.bwd.dx' matches key 'dx' or the full name)."""
+        table = dict(self.kernels)
+        short = name[len(self.algorithm) + 1:] if name.startswith(self.algorithm + ".") else name
+        for key in (name, short):
+            if key in table:
+                return self.default.merged(table[key])
+        return self.default
+
+    def to_dict(self) -> dict:
+        out: dict = {"algorithm": self.algorithm}
+        if self.target:
+            out["target"] = self.target
+        out.update(self.default.to_dict())
+        if self.kernels:
+            out["kernels"] = {k: v.to_dict() for k, v in self.kernels}
+        dt = self.dtypes.to_dict()
+        if dt:
+            out["dtypes"] = dt
+        return out
+
+    @staticmethod
+    def from_dict(d: dict, source: str | None = None) -> "Schedule":
+        return Schedule(
+            algorithm=str(d["algorithm"]),
+            target=d.get("target"),
+            default=KernelSchedule.from_dict({k: d[k] for k in KERNEL_KEYS if k in d}),
+            kernels=tuple((k, KernelSchedule.from_dict(v))
+                          for k, v in (d.get("kernels") or {}).items()),
+            dtypes=DTypePolicy.from_dict(d.get("dtypes")),
+            source=source,
+        )
