@@ -17,18 +17,16 @@ class Buffer:
 
     Temporaries are allocated by the runtime (zero-filled when `zero` is set,
     as atomic reductions need) and freed after the program runs. Extents are
-    the named axes' sizes, except `partials`, a leading axis of that many rows.
+    the named axes' sizes; pass sizes completed by `Program.complete_sizes`.
     """
     name: str
     dtype: DType
     axes: tuple[str, ...]
     role: str               # 'input' | 'output' | 'temp'
     zero: bool = False
-    partials: int = 0
 
     def shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
-        lead = (self.partials,) if self.partials else ()
-        return lead + tuple(sizes[a] for a in self.axes)
+        return tuple(sizes[a] for a in self.axes)
 
 
 @dataclass(frozen=True)
@@ -64,6 +62,16 @@ class Program:
     target: str
     buffers: tuple[Buffer, ...]
     kernels: tuple[CompiledKernel, ...]
+    # Axes the compiler made up (e.g. one row per block of a split reduction):
+    # (axis, source axis, tile) means size[axis] = ceil(size[source] / tile).
+    derived: tuple[tuple[str, str, int], ...] = ()
+
+    def complete_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
+        """The algorithm's axis sizes plus the derived ones every Buffer and kernel may use."""
+        out = dict(sizes)
+        for axis, source, tile in self.derived:
+            out[axis] = -(-out[source] // tile)
+        return out
 
     def to_json(self) -> str:
         def enc(o):
@@ -76,7 +84,7 @@ class Program:
     def from_json(text: str) -> "Program":
         d = json.loads(text)
         buffers = tuple(Buffer(b["name"], dtype_of(b["dtype"]), tuple(b["axes"]), b["role"],
-                               b["zero"], b["partials"]) for b in d["buffers"])
+                               b["zero"]) for b in d["buffers"])
         kernels = tuple(
             CompiledKernel(k["name"], k["entry"], k["target"], k["ptx"],
                            tuple(KernelArg(a["name"], a["kind"], dtype_of(a["dtype"]))
@@ -84,4 +92,5 @@ class Program:
                            k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
                            k["shared_bytes"])
             for k in d["kernels"])
-        return Program(d["algorithm"], d["target"], buffers, kernels)
+        derived = tuple((a, s, t) for a, s, t in d.get("derived", ()))
+        return Program(d["algorithm"], d["target"], buffers, kernels, derived)
