@@ -112,6 +112,21 @@ register(OpDef("where", "elementwise", lambda n, ctx, c, a, b: np.where(c, a, b)
                lambda n, g, y, c, a, b: (None, where(c, g, 0.0), where(c, 0.0, g))))
 
 
+# `name` is the identity under a label: schedules and autodiff's save= refer to
+# the intermediate by it (the forward can write it out, the backward read it).
+register(OpDef("name", "elementwise", lambda n, ctx, a: a, lambda n, g, y, x: (g,)))
+
+
+def name(x, label: str) -> Tensor:
+    """x itself, labelled `label` (e.g. `rstd = name(rsqrt(var + eps), "rstd")`)."""
+    from .errors import PlaitError, user_location
+    if not isinstance(x, Tensor):
+        raise PlaitError(f"name(x, {label!r}): x must be a plait tensor, not "
+                         f"{type(x).__name__}", user_location())
+    if not isinstance(label, str) or not label.isidentifier():
+        raise PlaitError(f"name(x, {label!r}): the name must be an identifier", user_location())
+    return new_node("name", (x,), x.axes, x.dtype, name=label)
+
 def _cast_eval(n, ctx, a):
     from .dtypes import round_to
     return round_to(a, n.dtype) if ctx.round else (
@@ -176,4 +191,4 @@ def min(x, over=None):  # noqa: A001
 __all__ = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
            "sin", "cos", "maximum", "minimum", "where", "cast", "sum", "max", "min",
            "compare", "new_node", "Tensor", "DType", "broadcast", "logical_and", "logical_or",
-           "logical_not"]
+           "logical_not", "name"]
