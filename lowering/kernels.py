@@ -1,0 +1,182 @@
+"""Stage 2: the kernel graph — the algorithm cut into kernels as the schedule says.
+
+Outputs over the same axes form one kernel (they share a loop nest). A kernel
+iterates over the union of the axes its nodes touch; the schedule spreads some
+of them over the grid. A reduction over a gridded axis cannot finish inside
+one block, so it is split: a *partial* kernel (the user-visible name, scheduled
+by the user) reduces each block's tile and writes one row per block into a
+temporary over a derived axis, and a *finish* kernel (`<name>.finish`) reduces
+those rows and computes whatever follows. Inputs of a kernel are always
+`input` nodes, either the algorithm's or temporaries written earlier.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
+from plait.dsl.graph import AlgorithmGraph, rebuild
+from plait.dsl.node import Node, make_attrs, topo_order
+from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
+
+from .artifact import Buffer
+from .layout import effective_grid
+from .policy import ResolvedPolicy
+
+REDUCE_OPS = ("sum", "max", "min")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    outputs: tuple[tuple[str, Node], ...]    # buffer name -> value stored there
+    axes: tuple[str, ...]                    # iteration axes, canonical order
+    schedule: KernelSchedule
+
+
+@dataclass(frozen=True)
+class KernelGraph:
+    algorithm: str
+    axis_order: tuple[str, ...]
+    kernels: tuple[KernelPlan, ...]
+    buffers: tuple[Buffer, ...]
+    derived: tuple[tuple[str, str, int], ...]
+
+    def text(self) -> str:
+        lines = [f"kernel graph {self.algorithm}"]
+        for b in self.buffers:
+            lines.append(f"  buffer {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]"
+                         + (" zeroed" if b.zero else ""))
+        for axis, src, tile in self.derived:
+            lines.append(f"  axis {axis} = ceil({src} / {tile})")
+        for k in self.kernels:
+            reads = sorted({n.attr("name") for _, v in k.outputs
+                            for n in topo_order([v]) if n.op == "input"})
+            lines.append(f"  kernel {k.name} over [{','.join(k.axes)}] "
+                         f"reads {', '.join(reads) or '-'} writes "
+                         f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}")
+        return "\n".join(lines) + "\n"
+
+
+def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
+    used: set[str] = set()
+    for n in nodes:
+        used.update(a for a in n.axes if a != n.attr("partial"))
+        if n.op in REDUCE_OPS:
+            used.add(n.attr("axis"))
+    return tuple(a for a in order if a in used)
+
+
+def _kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
+    return graph.name if n_groups == 1 else f"{graph.name}.{group[0]}"
+
+
+def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
+                  itemsize: int) -> KernelSchedule:
+    reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
+    if schedule is not None:
+        ks = schedule.for_kernel(name)
+        if ks.grid or ks.block:
+            return ks
+    from plait.schedule.default import default_kernel_schedule
+    return default_kernel_schedule(axes, reduced, itemsize, sizes)
+
+
+def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
+                       policy: ResolvedPolicy, sizes: dict[str, int]) -> KernelGraph:
+    buffers: list[Buffer] = []
+    for p in graph.params:
+        if p.is_tensor:
+            node = graph.inputs.get(p.name)
+            if node is not None:
+                buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, node in graph.outputs.items():
+        groups.setdefault(node.axes, []).append(name)
+        buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
+    planner = _Planner(graph, schedule, policy, sizes)
+    for group in groups.values():
+        name = _kernel_name(graph, group, len(groups))
+        planner.plan(name, {o: graph.outputs[o] for o in group}, user_visible=True)
+    return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
+                       tuple(buffers + planner.temps), tuple(planner.derived))
+
+
+class _Planner:
+    def __init__(self, graph, schedule, policy, sizes):
+        self.graph = graph
+        self.schedule = schedule
+        self.policy = policy
+        self.sizes = dict(sizes)
+        self.axis_order = graph.axis_order
+        self.kernels: list[KernelPlan] = []
+        self.temps: list[Buffer] = []
+        self.derived: list[tuple[str, str, int]] = []
+
+    def _itemsize(self, nodes) -> int:
+        return max([n.dtype.itemsize for n in nodes if n.op == "input"] or [4])
+
+    def plan(self, name: str, outputs: dict[str, Node], user_visible: bool,
+             kernel_schedule: KernelSchedule | None = None) -> None:
+        nodes = topo_order(list(outputs.values()))
+        axes = iteration_axes(nodes, self.axis_order)
+        ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
+                                              self._itemsize(nodes))
+        gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
+        cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
+        if not cross:
+            self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))
+            return
+        if ks.reduction == "atomic":
+            raise PlaitError(f"kernel {name}: reduction 'atomic' is not supported yet; "
+                             "use 'two_stage'")
+        # Split at the innermost cross-block reductions (those not fed by another one).
+        cross_ids = {n.uid for n in cross}
+        first = [n for n in cross
+                 if not any(m.uid in cross_ids for m in topo_order(list(n.inputs)))]
+        partial_outputs: dict[str, Node] = {}
+        replacement: dict[int, Node] = {}
+        tiles = dict(ks.grid)
+        for i, r in enumerate(first):
+            axis = r.attr("axis")
+            part_axis = f"{axis}_blocks{len(self.derived)}"
+            self.derived.append((part_axis, axis, tiles[axis]))
+            self.sizes[part_axis] = -(-self.sizes[axis] // tiles[axis])
+            self.axis_order = (part_axis,) + self.axis_order
+            acc = DType.FP32 if r.op == "sum" else r.dtype
+            buf = f"{name}.partial{i}"
+            partial_outputs[buf] = Node(r.op, r.inputs, (part_axis,) + r.axes, acc,
+                                        r.attrs + (("partial", part_axis),), r.loc)
+            self.temps.append(Buffer(buf, acc, (part_axis,) + r.axes, "temp"))
+            loaded = Node("input", (), (part_axis,) + r.axes, acc, make_attrs(name=buf), r.loc)
+            replacement[r.uid] = Node(r.op, (loaded,), r.axes, r.dtype,
+                                      make_attrs(axis=part_axis), r.loc)
+        self.kernels.append(KernelPlan(name, tuple(partial_outputs.items()), axes, ks))
+        rewritten = rebuild(outputs, lambda n, ins: replacement.get(n.uid) or (
+            n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
+        finish_name = f"{name}.finish"
+        finish_ks = None
+        if self.schedule is not None and any(
+                k in dict(self.schedule.kernels) for k in (finish_name,)):
+            finish_ks = self.schedule.for_kernel(finish_name)
+        self.plan(finish_name, rewritten, False, finish_ks or self._finish_schedule(rewritten))
+
+    def _finish_schedule(self, outputs: dict[str, Node]) -> KernelSchedule:
+        """Rows of partials are few: a block reads all of them for a strip of columns."""
+        nodes = topo_order(list(outputs.values()))
+        axes = iteration_axes(nodes, self.axis_order)
+        derived = {a for a, _, _ in self.derived}
+        part = [a for a in axes if a in derived]
+        inner = axes[-1]
+        block = []
+        grid = []
+        if part and part[0] != inner:
+            block.append((part[0], AxisBlock(8, 1)))
+            block.append((inner, AxisBlock(32, 4)))
+            grid.append((inner, 128))
+        else:
+            block.append((inner, AxisBlock(256, 1)))
+        for a in axes:
+            if a not in dict(block):
+                grid.append((a, 1))
+        return KernelSchedule(grid=tuple(grid), block=tuple(block))

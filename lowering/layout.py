@@ -1,0 +1,124 @@
+"""How a kernel's tile is spread over the threads of a block.
+
+A block covers at most two axes with more than one element: the *column* axis
+(the kernel's innermost, contiguous one) and one *row* axis. Every other axis
+is gridded with tile 1. Thread t is (row thread tr, column thread tc) with
+t = tr * Tc + tc, so column threads are adjacent lanes of a warp. Each thread
+holds a fragment of shape (Rr, Rc, V):
+
+    row index    = block_row_base + r * Tr + tr
+    column index = block_col_base + c * (Tc * V) + tc * V + v
+
+so that each warp touches Tc * V consecutive elements per step (coalesced,
+V-wide vector accesses).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.errors import PlaitError
+from plait.schedule.model import AxisBlock, KernelSchedule
+
+
+@dataclass(frozen=True)
+class AxisMap:
+    axis: str
+    tile: int | None      # grid tile, or None when the block covers the whole axis
+    extent: int           # elements of the axis one block covers
+    threads: int
+    vector: int
+    reps: int             # fragment length along the axis (in vectors)
+    shift: int            # first bit of this axis's thread index within tid
+
+
+@dataclass(frozen=True)
+class Layout:
+    row: AxisMap | None
+    col: AxisMap | None
+    grid: tuple[tuple[str, int], ...]    # gridded axes, last varies fastest
+    threads: int
+    partial_axes: tuple[tuple[str, str], ...] = ()   # derived axis -> the gridded axis
+
+    def map_of(self, axis: str) -> AxisMap | None:
+        for m in (self.row, self.col):
+            if m is not None and m.axis == axis:
+                return m
+        return None
+
+    def fragment(self, axes) -> tuple[int, int, int]:
+        row = self.row.reps if self.row is not None and self.row.axis in axes else 1
+        col = self.col is not None and self.col.axis in axes
+        return (row, self.col.reps if col else 1, self.col.vector if col else 1)
+
+    def text(self) -> str:
+        parts = []
+        for kind, m in (("row", self.row), ("col", self.col)):
+            if m is not None:
+                parts.append(f"{kind} {m.axis}: extent {m.extent} = {m.reps} reps x "
+                             f"{m.threads} threads x {m.vector} vector")
+        grid = ", ".join(f"{a}:{t}" for a, t in self.grid) or "-"
+        return f"layout threads={self.threads} grid({grid}) " + "; ".join(parts)
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def effective_grid(axes: tuple[str, ...], ks: KernelSchedule) -> dict[str, int]:
+    """Gridded axes and their tiles: what the schedule grids, plus every axis other than
+    the innermost that the block does not spread threads over (tile 1)."""
+    grid = {a: t for a, t in ks.grid if a in axes}
+    block = dict(ks.block)
+    for a in axes[:-1]:
+        if a not in grid and block.get(a, AxisBlock()).threads == 1:
+            grid[a] = 1
+    return grid
+
+
+def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dict[str, int],
+                partial_axes: dict[str, str]) -> Layout:
+    """The layout of kernel `name` over `axes` under schedule `ks` for these sizes."""
+    grid = effective_grid(axes, ks)
+    block = {a: b for a, b in ks.block if a in axes}
+    col_axis = axes[-1] if axes else None
+    row_candidates = [a for a in axes[:-1] if a in block or grid[a] != 1]
+    if len(row_candidates) > 1:
+        raise PlaitError(
+            f"kernel {name}: a block may cover more than one element of at most two axes, "
+            f"but {', '.join(row_candidates)} and {col_axis} all have more; grid the others "
+            f"with tile 1 (grid: {{{row_candidates[0]}: 1}})")
+    maps = {}
+    shift = 0
+    for axis in ([col_axis] if col_axis else []) + row_candidates:
+        ab = block.get(axis, AxisBlock())
+        if axis != col_axis and ab.vector != 1:
+            raise PlaitError(f"kernel {name}: only the innermost axis {col_axis} can be "
+                             f"vectorized, not {axis}")
+        if not _pow2(ab.threads) or not _pow2(ab.vector):
+            raise PlaitError(f"kernel {name}: threads and vector along {axis} must be powers "
+                             f"of two (got {ab.threads} and {ab.vector})")
+        tile = grid.get(axis)
+        extent = tile if tile is not None else sizes[axis]
+        step = ab.threads * ab.vector
+        if tile is not None and tile % step:
+            raise PlaitError(f"kernel {name}: grid tile {tile} of {axis} is not a multiple of "
+                             f"threads x vector = {step}")
+        reps = -(-extent // step)
+        if reps > 64:
+            raise PlaitError(f"kernel {name}: each thread would hold {reps} vectors along "
+                             f"{axis} (extent {extent}); give {axis} more threads or grid it")
+        maps[axis] = AxisMap(axis, tile, extent, ab.threads, ab.vector, reps, shift)
+        shift += _log2(ab.threads)
+    threads = 1 << shift
+    if threads < 32 or threads > 1024:
+        raise PlaitError(f"kernel {name}: {threads} threads per block; plait needs 32 to 1024 "
+                         f"(schedule block: {ks.to_dict().get('block')})")
+    if ks.warps is not None and ks.warps * 32 != threads:
+        raise PlaitError(f"kernel {name}: warps {ks.warps} disagrees with {threads} threads")
+    gridded = tuple((a, grid[a]) for a in axes if a in grid)
+    row = maps.get(row_candidates[0]) if row_candidates else None
+    return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()))

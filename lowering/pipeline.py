@@ -1,0 +1,135 @@
+"""The pipeline: one table of stages, each a pure function from one IR to the next.
+
+    algorithm graph -> kernel graph -> tile programs -> thread programs -> LLVM IR -> PTX
+
+`plait compile --dump DIR` writes each stage under its name. The runtime calls
+`specialization_key`, `compile_program` and `emulate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plait.dsl.graph import AlgorithmGraph
+from plait.schedule.model import Schedule
+
+from . import emulate as emulator
+from .artifact import Buffer, CompiledKernel, KernelArg, Program
+from .kernels import KernelGraph, build_kernel_graph
+from .layout import make_layout
+from .policy import resolve
+from .thread import ThreadProgram, build_thread_program
+from .tile import TileProgram, build_tile_programs
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """Everything above LLVM for one algorithm, schedule and specialization."""
+    kernel_graph: KernelGraph
+    tiles: tuple[TileProgram, ...]
+    threads: tuple[ThreadProgram, ...]
+    sizes: dict
+
+
+def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
+          aligned: bool) -> Lowered:
+    """Stages 2-4: kernel graph, tile programs, thread programs."""
+    policy = resolve(schedule.dtypes if schedule is not None else None)
+    kg = build_kernel_graph(graph, schedule, policy, sizes)
+    full = dict(sizes)
+    for axis, src, tile in kg.derived:
+        full[axis] = -(-full[src] // tile)
+    tiles = build_tile_programs(kg, policy)
+    partial_axes = {a: src for a, src, _ in kg.derived}
+    threads = []
+    for plan, tile in zip(kg.kernels, tiles):
+        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes)
+        threads.append(build_thread_program(tile, layout, full, aligned))
+    return Lowered(kg, tuple(tiles), tuple(threads), full)
+
+
+def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
+                       aligned: bool) -> str:
+    """What a compiled program depends on beyond graph, schedule and target:
+    fragment shapes and vector widths (sizes of gridded axes stay run-time)."""
+    low = lower(graph, schedule, sizes, aligned)
+    parts = [low.kernel_graph.text()]
+    for t in low.threads:
+        parts.append(t.layout.text())
+        parts.extend(f"{op.attr('buffer')}:{op.attr('vector')}" for op in t.ops
+                     if op.op in ("load", "store"))
+    return "\n".join(parts)
+
+
+def _kernel_args(t: ThreadProgram) -> tuple[KernelArg, ...]:
+    from plait.dsl.dtypes import DType
+    args = [KernelArg(b.name, "buffer", b.dtype) for b in t.buffers]
+    args += [KernelArg(a, "size", DType.INT32) for a in t.size_args]
+    args += [KernelArg(name, "scalar", dt) for name, dt in t.scalars]
+    return tuple(args)
+
+
+def entry_name(kernel_name: str) -> str:
+    return "plait_" + "".join(c if c.isalnum() else "_" for c in kernel_name)
+
+
+def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
+                    aligned: bool, target: str) -> Program:
+    """Stages 2-6: the PTX of every kernel, ready for the runtime."""
+    from .llvm_backend import emit_ptx
+    low = lower(graph, schedule, sizes, aligned)
+    kernels = []
+    for t in low.threads:
+        entry = entry_name(t.name)
+        ptx = emit_ptx(t, entry, target)
+        kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
+                                      t.layout.threads, t.layout.grid, t.smem_floats * 4))
+    kg = low.kernel_graph
+    return Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+
+
+def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
+            inputs: dict[str, np.ndarray], scalars: dict[str, float]) -> dict[str, np.ndarray]:
+    """Run the lowered thread programs on the CPU; outputs keyed by output name."""
+    low = lower(graph, schedule, sizes, aligned=True)
+    arrays: dict[str, np.ndarray] = {}
+    for b in low.kernel_graph.buffers:
+        if b.role == "input":
+            arrays[b.name] = np.ascontiguousarray(np.asarray(inputs[b.name]).astype(b.dtype.numpy))
+        else:
+            arrays[b.name] = _poisoned(b, low.sizes)
+    values = dict(scalars)
+    for p in graph.params:
+        if not p.is_tensor and p.name not in values:
+            values[p.name] = p.default
+    for t in low.threads:
+        emulator.run_thread_program(t, low.sizes, arrays, values)
+    return {name: arrays[name] for name in graph.outputs}
+
+
+def _poisoned(b: Buffer, sizes) -> np.ndarray:
+    """Outputs start as NaN (or a sentinel) so that an element never written shows up."""
+    shape = b.shape(sizes)
+    if b.dtype.is_float:
+        return np.full(shape, np.nan, np.float32).astype(b.dtype.numpy)
+    return np.full(shape, -7, b.dtype.numpy)
+
+
+STAGES = ("algorithm", "kernels", "tile", "thread", "llir", "ptx")
+
+
+def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
+                aligned: bool, target: str) -> dict[str, str]:
+    """The text of every stage, keyed by stage name (the `--dump` file names)."""
+    from .llvm_backend import emit_llvm_ir, llvm_to_ptx
+    low = lower(graph, schedule, sizes, aligned)
+    llir = [emit_llvm_ir(t, entry_name(t.name), target) for t in low.threads]
+    return {
+        "algorithm": graph.text(),
+        "kernels": low.kernel_graph.text(),
+        "tile": "\n".join(t.text() for t in low.tiles),
+        "thread": "\n".join(t.text() for t in low.threads),
+        "llir": "\n".join(llir),
+        "ptx": "\n".join(llvm_to_ptx(ir, target) for ir in llir),
+    }

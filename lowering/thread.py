@@ -1,0 +1,124 @@
+"""Stage 4: the thread program — the tile program with a layout, as each thread runs it.
+
+Every value is a per-thread fragment of shape `layout.fragment(axes)`. Tile
+reductions become three explicit steps:
+
+    reduce_local  combine the thread's own fragment along the axis (out-of-bounds
+                  elements replaced by the reduction's identity)
+    reduce_shfl   butterfly exchange over the axis's thread-index bits inside a warp
+    reduce_smem   the remaining bits (other warps) through shared memory
+
+Loads and stores carry `vector` (elements per memory instruction, 1 when the
+buffer is not contiguous along the column axis or alignment is not known).
+`plait.lowering.emulate` executes this program and `llvm_backend` compiles it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .artifact import Buffer
+from .layout import Layout
+from .tile import TileOp, TileProgram
+
+REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
+
+
+@dataclass(frozen=True)
+class ThreadProgram:
+    name: str
+    axes: tuple[str, ...]
+    layout: Layout
+    buffers: tuple[Buffer, ...]
+    scalars: tuple
+    ops: tuple[TileOp, ...]
+    smem_floats: int              # shared-memory scratch, in 4-byte words
+
+    @property
+    def size_args(self) -> tuple[str, ...]:
+        """Axes whose extents the kernel takes as int32 arguments, in order."""
+        names = set(self.axes)
+        for b in self.buffers:
+            names.update(b.axes)
+        names.update(a for a, _ in self.layout.partial_axes)
+        return tuple(sorted(names))
+
+    def text(self) -> str:
+        lines = [f"thread program {self.name} over [{','.join(self.axes)}]",
+                 "  " + self.layout.text(), f"  shared {self.smem_floats * 4} bytes"]
+        for op in self.ops:
+            frag = "x".join(str(d) for d in self.layout.fragment(op.axes))
+            args = " ".join(f"%{a}" for a in op.args)
+            attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
+            body = " ".join(x for x in (op.op, args, attrs) if x)
+            lines.append(f"  %{op.id} = {body} : {op.dtype}<{frag}>[{','.join(op.axes)}]")
+        return "\n".join(lines) + "\n"
+
+
+def _thread_bits(layout: Layout, axis: str) -> tuple[int, ...]:
+    m = layout.map_of(axis)
+    if m is None:
+        return ()
+    return tuple(range(m.shift, m.shift + m.threads.bit_length() - 1))
+
+
+def _vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, int]) -> int:
+    col = layout.col
+    if col is None or col.vector == 1 or not buffer.axes or buffer.axes[-1] != col.axis:
+        return 1
+    width = col.vector * buffer.dtype.itemsize
+    ok = aligned and width <= 16 and sizes[col.axis] % col.vector == 0
+    return col.vector if ok else 1
+
+
+def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int],
+                         aligned: bool) -> ThreadProgram:
+    ops: list[TileOp] = []
+    remap: dict[int, int] = {}
+    smem = 0
+
+    def emit(op: TileOp, args, **extra) -> int:
+        attrs = tuple(sorted(dict(op.attrs, **extra).items()))
+        ops.append(TileOp(len(ops), op.op, tuple(args), op.axes, op.dtype, attrs))
+        return len(ops) - 1
+
+    buffers = {b.name: b for b in tile.buffers}
+    for op in tile.ops:
+        args = [remap[a] for a in op.args]
+        if op.op in ("load", "store"):
+            vec = _vector_for(buffers[op.attr("buffer")], layout, aligned, sizes)
+            remap[op.id] = emit(op, args, vector=vec)
+        elif op.op in REDUCE_IDENTITY:
+            remap[op.id] = _expand_reduce(op, args, layout, ops)
+            bits = [b for b in _thread_bits(layout, op.attr("axis")) if b >= 5]
+            if bits:
+                r, c, v = layout.fragment(ops[-1].axes)
+                smem = max(smem, layout.threads * r * c * v)
+        else:
+            remap[op.id] = emit(op, args)
+    return ThreadProgram(tile.name, tile.axes, layout, tile.buffers, tile.scalars,
+                         tuple(ops), smem)
+
+
+def _expand_reduce(op: TileOp, args, layout: Layout, ops: list[TileOp]) -> int:
+    axis = op.attr("axis")
+    kind = op.op
+    keep = tuple(a for a in op.axes if a != op.attr("partial"))
+
+    def emit(name, src, **attrs) -> int:
+        base = {"op": kind, "axis": axis}
+        base.update(attrs)
+        ops.append(TileOp(len(ops), name, (src,), keep, op.dtype,
+                          tuple(sorted((k, v) for k, v in base.items() if v is not None))))
+        return len(ops) - 1
+
+    value = emit("reduce_local", args[0])
+    bits = _thread_bits(layout, axis)
+    warp_bits = tuple(b for b in bits if b < 5)
+    smem_bits = tuple(b for b in bits if b >= 5)
+    if warp_bits:
+        value = emit("reduce_shfl", value, lanes=tuple(1 << b for b in warp_bits))
+    if smem_bits:
+        value = emit("reduce_smem", value, bits=smem_bits)
+    # The reduced value, with the partial axis (if any) and rounding of the original op.
+    ops.append(TileOp(len(ops), "reduce_done", (value,), op.axes, op.dtype, op.attrs))
+    return len(ops) - 1
