@@ -12,6 +12,7 @@ accepts exactly what a YAML file holds, and `to_dict` gives it back.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from plait.dsl.dtypes import DType, dtype_of
@@ -39,6 +40,11 @@ class DTypePolicy:
     storage: tuple[tuple[str, DType], ...] = ()
     compute: DType | None = None
     accumulate: DType | None = None
+
+    def __post_init__(self):
+        # One order for the storage table, so that equal policies compare equal
+        # however they were built (YAML, Python, by hand).
+        object.__setattr__(self, "storage", tuple(sorted(self.storage)))
 
     def storage_of(self, name: str) -> DType | None:
         table = dict(self.storage)
@@ -153,13 +159,18 @@ TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 @dataclass(frozen=True)
 class Schedule:
-    """All kernels of one algorithm: a default mapping, per-kernel overrides, a dtype policy."""
+    """All kernels of one algorithm: a default mapping, per-kernel overrides, a dtype policy.
+
+    `source` (the file it came from) and `lines` (key path like 'block.N.threads'
+    -> line in that file) only serve error messages; they take no part in equality.
+    """
     algorithm: str
     target: str | None = None
     default: KernelSchedule = field(default_factory=KernelSchedule)
     kernels: tuple[tuple[str, KernelSchedule], ...] = ()
     dtypes: DTypePolicy = field(default_factory=DTypePolicy)
     source: str | None = field(default=None, compare=False)
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def for_kernel(self, name: str) -> KernelSchedule:
         """The mapping of kernel `name` ('layernorm.bwd.dx' matches key 'dx' or the full name)."""
@@ -182,8 +193,22 @@ class Schedule:
             out["dtypes"] = dt
         return out
 
+    def to_yaml(self) -> str:
+        """The YAML form (deterministic; `parse_schedule` reads it back equal)."""
+        from .dump import dump_schedule
+        return dump_schedule(self)
+
+    def to_python(self) -> str:
+        """Python source that rebuilds this schedule as `schedule = Schedule.from_dict(...)`."""
+        from .dump import to_python
+        return to_python(self)
+
     @staticmethod
-    def from_dict(d: dict, source: str | None = None) -> "Schedule":
+    def from_dict(d: dict, source: str | None = None,
+                  lines: Mapping[str, int] | None = None) -> "Schedule":
+        """The schedule a YAML file or a Python dict holds; ScheduleError names each bad key."""
+        from .schema import check_dict
+        check_dict(d, source, lines)
         return Schedule(
             algorithm=str(d["algorithm"]),
             target=d.get("target"),
@@ -192,4 +217,5 @@ class Schedule:
                           for k, v in (d.get("kernels") or {}).items()),
             dtypes=DTypePolicy.from_dict(d.get("dtypes")),
             source=source,
+            lines=lines or {},
         )

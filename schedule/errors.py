@@ -1,0 +1,82 @@
+"""Schedule errors: every problem reads `FILE:LINE: key.path: message (did you mean 'X'?)`.
+
+    >>> problems = Problems("s.yaml", {"block.N.thread": 3})
+    >>> problems.unknown("block.N.thread", "thread", ("threads", "vector"), "key")
+    >>> problems.messages
+    ["s.yaml:3: block.N.thread: unknown key 'thread'; known: threads, vector (did you mean 'threads'?)"]
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+
+from plait.dsl.errors import PlaitError
+
+
+class ScheduleError(PlaitError):
+    """One or more problems in a schedule, one per line of the message."""
+
+    def __init__(self, problems: str | Iterable[str]):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def suggest(name: str, choices: Iterable[str]) -> str | None:
+    """The valid name nearest to `name`, or None when nothing is close."""
+    choices = [str(c) for c in choices]
+    for c in choices:  # 'n' for 'N': case slips first, difflib scores them 0
+        if c.lower() == str(name).lower():
+            return c
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[close[0]] if close else None
+
+
+def line_of(lines: Mapping[str, int], path: str) -> int | None:
+    """The line of `path`, else of its nearest enclosing key that has one."""
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path.rpartition(".")[0]
+    return lines.get("")
+
+
+def where(source: str | None, lines: Mapping[str, int], path: str,
+          line: int | None = None) -> str:
+    """'FILE:LINE: key.path: ' (parts that are unknown are left out)."""
+    line = line if line is not None else line_of(lines, path)
+    head = ""
+    if source:
+        head = f"{source}:{line}: " if line is not None else f"{source}: "
+    return head + (f"{path}: " if path else "")
+
+
+class Problems:
+    """Collects the problems of one schedule, then raises them together."""
+
+    def __init__(self, source: str | None = None, lines: Mapping[str, int] | None = None):
+        self.source = source
+        self.lines = lines or {}
+        self._found: list[tuple[int, str]] = []
+
+    @property
+    def messages(self) -> list[str]:
+        """The problems in file order (those without a line last)."""
+        return [m for _, m in sorted(self._found, key=lambda f: f[0])]
+
+    def add(self, path: str, message: str, name: str | None = None,
+            choices: Iterable[str] = (), line: int | None = None) -> None:
+        near = suggest(name, choices) if name is not None else None
+        hint = f" (did you mean {near!r}?)" if near is not None and near != name else ""
+        line = line if line is not None else line_of(self.lines, path)
+        text = where(self.source, self.lines, path, line) + message + hint
+        self._found.append((line if line is not None else 1 << 30, text))
+
+    def unknown(self, path: str, name: str, choices: Iterable[str], what: str) -> None:
+        choices = list(choices)
+        known = f"; known: {', '.join(map(str, choices))}" if choices else ""
+        self.add(path, f"unknown {what} {name!r}{known}", name, choices)
+
+    def raise_if_any(self) -> None:
+        if self.messages:
+            raise ScheduleError(self.messages)
