@@ -1,0 +1,276 @@
+"""The CUDA driver through cuda-bindings: the only module of plait that imports it.
+
+Everything runs in the primary context of device 0, the one torch and CuPy use,
+so that pointers from their tensors are valid here and kernels can go on their
+streams. Pointers and stream handles cross this module's boundary as plain ints.
+Every failure raises `CudaError` with CUDA's own error name and description.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+
+from plait.dsl.errors import PlaitError
+
+
+class CudaError(PlaitError):
+    """A CUDA driver call failed (or there is no driver / GPU at all)."""
+
+    def __init__(self, message: str, code: str | None = None, log: str = ""):
+        self.code = code          # e.g. 'CUDA_ERROR_INVALID_PTX'; None when CUDA never answered
+        self.log = log            # the JIT compiler's error log, for module loads
+        super().__init__(message + (f"\n{log}" if log else ""))
+
+
+_lock = threading.RLock()
+_local = threading.local()        # the context is current per thread: remember which threads set it
+_state: dict = {}                 # 'drv', 'device', 'context' once initialised; 'error' if that failed
+_modules: dict[str, object] = {}  # sha256(ptx) -> CUmodule
+_functions: dict[tuple[str, str], object] = {}
+_dynamic_shared: dict[tuple[str, str], int] = {}
+
+_DEFAULT_SHARED_LIMIT = 48 * 1024   # above this a kernel must opt in to dynamic shared memory
+_LOG_BYTES = 64 * 1024
+
+
+def _import_driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise CudaError("no GPU support: the cuda-bindings package is not installed "
+                        "(pip install cuda-bindings)") from e
+    return driver
+
+
+def _describe(drv, err) -> str:
+    """'CUDA_ERROR_X: what it means', from the driver itself where it can say."""
+    name, text = getattr(err, "name", str(err)), ""
+    try:
+        e, raw = drv.cuGetErrorName(err)
+        if e == drv.CUresult.CUDA_SUCCESS and raw:
+            name = raw.decode()
+        e, raw = drv.cuGetErrorString(err)
+        if e == drv.CUresult.CUDA_SUCCESS and raw:
+            text = raw.decode()
+    except Exception:  # the error path must never hide the original error
+        pass
+    return f"{name}: {text}" if text else name
+
+
+def _check(drv, result, what: str, kernel: str | None = None, log: str = ""):
+    """Unpack a cuda-bindings result tuple, raising CudaError unless it is CUDA_SUCCESS."""
+    err, rest = result[0], result[1:]
+    if err != drv.CUresult.CUDA_SUCCESS:
+        where = f" (kernel {kernel})" if kernel else ""
+        raise CudaError(f"{what}{where} failed: {_describe(drv, err)}",
+                        code=getattr(err, "name", str(err)), log=log)
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def _init():
+    """cuInit, device 0, its primary context retained; once per process."""
+    with _lock:
+        if "error" in _state:
+            raise _state["error"]
+        if "context" in _state:
+            return _state
+        try:
+            drv = _import_driver()
+            try:
+                res = drv.cuInit(0)
+            except Exception as e:  # no libcuda.so: cuda-bindings raises instead of returning
+                raise CudaError(f"no GPU: the NVIDIA driver library could not be loaded ({e})") \
+                    from e
+            if res[0] != drv.CUresult.CUDA_SUCCESS:
+                raise CudaError(f"no GPU: cuInit failed: {_describe(drv, res[0])}",
+                                code=getattr(res[0], "name", None))
+            count = _check(drv, drv.cuDeviceGetCount(), "cuDeviceGetCount")
+            if count < 1:
+                raise CudaError("no GPU: the CUDA driver sees no device")
+            device = _check(drv, drv.cuDeviceGet(0), "cuDeviceGet(0)")
+            context = _check(drv, drv.cuDevicePrimaryCtxRetain(device),
+                             "cuDevicePrimaryCtxRetain")
+        except CudaError as e:
+            _state["error"] = e
+            raise
+        _state.update(drv=drv, device=device, context=context)
+        return _state
+
+
+def _ready():
+    """The driver module, with the primary context current on this thread."""
+    st = _init()
+    if not getattr(_local, "current", False):
+        _check(st["drv"], st["drv"].cuCtxSetCurrent(st["context"]), "cuCtxSetCurrent")
+        _local.current = True
+    return st["drv"]
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA GPU can be used; False (never an exception) without driver or device."""
+    try:
+        _ready()
+        return True
+    except Exception:
+        return False
+
+
+def device_capability() -> tuple[int, int]:
+    """Compute capability (major, minor) of device 0, e.g. (9, 0) on an H200."""
+    drv = _ready()
+    dev = _state["device"]
+    attr = drv.CUdevice_attribute
+    major = _check(drv, drv.cuDeviceGetAttribute(
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = _check(drv, drv.cuDeviceGetAttribute(
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    return int(major), int(minor)
+
+
+def device_attribute(name: str) -> int:
+    """Any CU_DEVICE_ATTRIBUTE_<name> of device 0 (e.g. 'MULTIPROCESSOR_COUNT')."""
+    drv = _ready()
+    attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name)
+    return int(_check(drv, drv.cuDeviceGetAttribute(attr, _state["device"]),
+                      f"cuDeviceGetAttribute({name})"))
+
+
+# ---------------------------------------------------------------- modules and kernels
+
+def _ptx_key(ptx: str | bytes) -> tuple[str, bytes]:
+    data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def load_module(ptx: str | bytes, kernel: str | None = None):
+    """Load PTX (or a cubin) into the context, once per distinct text; JIT errors carry the log."""
+    key, data = _ptx_key(ptx)
+    with _lock:
+        if key in _modules:
+            return _modules[key]
+        drv = _ready()
+        if not data.endswith(b"\0"):
+            data += b"\0"          # the driver reads PTX as a NUL-terminated string
+        errors, info = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
+        opt = drv.CUjit_option
+        options = [opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                   opt.CU_JIT_INFO_LOG_BUFFER, opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+        values = [errors, _LOG_BYTES, info, _LOG_BYTES]
+        res = drv.cuModuleLoadDataEx(data, len(options), options, values)
+        log = bytes(errors).split(b"\0", 1)[0].decode(errors="replace").strip()
+        module = _check(drv, res, "loading PTX (cuModuleLoadDataEx)", kernel, log)
+        _modules[key] = module
+        return module
+
+
+def get_function(ptx: str | bytes, entry: str, kernel: str | None = None):
+    """The CUfunction `entry` of the module for `ptx` (loaded on first use)."""
+    key, _ = _ptx_key(ptx)
+    with _lock:
+        if (key, entry) not in _functions:
+            module = load_module(ptx, kernel or entry)
+            drv = _ready()
+            _functions[(key, entry)] = _check(
+                drv, drv.cuModuleGetFunction(module, entry.encode()),
+                f"finding entry {entry!r} in its module (cuModuleGetFunction)", kernel or entry)
+        return _functions[(key, entry)]
+
+
+def set_dynamic_shared(func, nbytes: int, kernel: str | None = None) -> None:
+    """Let `func` use `nbytes` of dynamic shared memory (needed past 48 KiB)."""
+    if nbytes <= _DEFAULT_SHARED_LIMIT:
+        return
+    key = (id(func), kernel or "")
+    if _dynamic_shared.get(key, 0) >= nbytes:
+        return
+    drv = _ready()
+    limit = device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    if nbytes > limit:
+        raise CudaError(f"kernel {kernel} asks for {nbytes} bytes of shared memory per block; "
+                        f"this GPU allows at most {limit}")
+    _check(drv, drv.cuFuncSetAttribute(
+        func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", kernel)
+    _dynamic_shared[key] = nbytes
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if len(dims) != 3 or any(d < 1 for d in dims):
+        raise CudaError(f"bad launch dimensions {value!r}")
+    return dims
+
+
+def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 0,
+           stream: int = 0, kernel: str | None = None) -> None:
+    """Launch `func` on the stream with this handle (0: the legacy default stream).
+
+    `args` are (value, ctypes type) pairs in the kernel's parameter order; pointers
+    are ints with ctypes.c_void_p. We build the void** array ourselves, which every
+    cuda-bindings version accepts as a plain address.
+    """
+    drv = _ready()
+    gx, gy, gz = _dim3(grid)
+    bx, by, bz = _dim3(block)
+    if gx > 2**31 - 1 or gy > 65535 or gz > 65535:
+        raise CudaError(f"kernel {kernel}: grid {gx}x{gy}x{gz} exceeds the GPU's grid limits")
+    if bx * by * bz > 1024:
+        raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")
+    set_dynamic_shared(func, shared, kernel)
+    holders = [ctype(value) for value, ctype in args]   # keep alive until the launch returns
+    params = (ctypes.c_void_p * max(len(holders), 1))(
+        *[ctypes.addressof(h) for h in holders])
+    _check(drv, drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, int(shared),
+                                   drv.CUstream(int(stream)), ctypes.addressof(params), 0),
+           f"launching {gx}x{gy}x{gz} blocks of {bx * by * bz} threads (cuLaunchKernel)", kernel)
+
+
+# ---------------------------------------------------------------- memory and streams
+
+def alloc(nbytes: int) -> int:
+    """Device memory of at least `nbytes` (1 byte for empty tensors); returns its address."""
+    drv = _ready()
+    ptr = _check(drv, drv.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} bytes)")
+    return int(ptr)
+
+
+def free(ptr: int) -> None:
+    drv = _ready()
+    _check(drv, drv.cuMemFree(drv.CUdeviceptr(int(ptr))), "cuMemFree")
+
+
+def memcpy_htod(dst: int, src_host: int, nbytes: int) -> None:
+    """Copy from a host address to a device address (synchronous)."""
+    if nbytes:
+        drv = _ready()
+        _check(drv, drv.cuMemcpyHtoD(drv.CUdeviceptr(int(dst)), int(src_host), int(nbytes)),
+               f"cuMemcpyHtoD({nbytes} bytes)")
+
+
+def memcpy_dtoh(dst_host: int, src: int, nbytes: int) -> None:
+    """Copy from a device address to a host address (synchronous)."""
+    if nbytes:
+        drv = _ready()
+        _check(drv, drv.cuMemcpyDtoH(int(dst_host), drv.CUdeviceptr(int(src)), int(nbytes)),
+               f"cuMemcpyDtoH({nbytes} bytes)")
+
+
+def memset(ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
+    """Fill device memory with one byte value, ordered on `stream`."""
+    if nbytes:
+        drv = _ready()
+        _check(drv, drv.cuMemsetD8Async(drv.CUdeviceptr(int(ptr)), int(byte), int(nbytes),
+                                        drv.CUstream(int(stream))), f"cuMemsetD8Async({nbytes})")
+
+
+def synchronize(stream: int | None = None) -> None:
+    """Wait for one stream, or (None) for all work in the context; surfaces kernel faults."""
+    drv = _ready()
+    if stream is None:
+        _check(drv, drv.cuCtxSynchronize(), "cuCtxSynchronize")
+    else:
+        _check(drv, drv.cuStreamSynchronize(drv.CUstream(int(stream))), "cuStreamSynchronize")
