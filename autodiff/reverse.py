@@ -1,0 +1,204 @@
+"""Reverse mode over an algorithm graph: forward graph in, gradient graph out.
+
+`differentiate(graph, wrt, save)` walks the forward graph in reverse
+topological order, keeping one cotangent per node (a traced `Tensor`), and asks
+each op's rule `OPS[op].vjp(node, g, out, *inputs)` for its inputs' shares.
+After a rule, a share is summed over the axes its input lacks (broadcasting by
+name means an input with fewer axes was broadcast), broadcast over axes it
+lacks, and cast to the input's dtype: the gradient of a bf16 value is stored
+as bf16 and the schedule's policy decides what it is computed in.
+
+The gradient graph reads the forward's inputs and recomputes the forward
+intermediates it needs, except those listed in `save`, which it reads as
+inputs of their own. No simplification happens here (see `simplify.py`).
+"""
+from __future__ import annotations
+
+from plait.dsl.algorithm import Param
+from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
+from plait.dsl.graph import AlgorithmGraph, rebuild
+from plait.dsl.node import OPS, Node, make_attrs
+from plait.dsl.tensor import Tensor, axis_order, broadcast, cast, constant, reduce
+
+SOURCE_OPS = ("input", "param", "const", "size", "iota")
+
+
+def default_wrt(graph: AlgorithmGraph) -> list[str]:
+    """Every float tensor input of the graph, in signature order."""
+    dtypes = graph.input_dtypes()
+    return [p.name for p in graph.params
+            if p.is_tensor and p.name in dtypes and dtypes[p.name].is_float]
+
+
+def grad_name(name: str) -> str:
+    return f"d{name}"
+
+
+def saved_nodes(graph: AlgorithmGraph, save) -> dict[str, Node]:
+    """The nodes `save` refers to: `name(x, label)` labels, or the forward's output names."""
+    labelled: dict[str, Node] = {}
+    for n in graph.nodes:
+        if n.op == "name":
+            label = n.attr("name")
+            if label in labelled and labelled[label] is not n:
+                raise PlaitError(f"{graph.name}: two intermediates are named {label!r}", n.loc)
+            labelled[label] = n
+    found = {}
+    for label in save:
+        if label in labelled:
+            found[label] = labelled[label]
+        elif label in graph.outputs:
+            found[label] = graph.outputs[label]
+        else:
+            known = sorted(set(labelled) | set(graph.outputs))
+            raise PlaitError(f"{graph.name}: save={label!r} names no intermediate; name one "
+                             f"with name(x, {label!r}) (known: {', '.join(known) or 'none'})")
+    return found
+
+
+def _check_wrt(graph: AlgorithmGraph, wrt) -> list[str]:
+    params = {p.name: p for p in graph.params}
+    dtypes = {n.attr("name"): n.dtype for n in graph.nodes if n.op in ("input", "param")}
+    for name in wrt:
+        if name not in params:
+            raise PlaitError(f"{graph.name} has no argument {name!r} to differentiate "
+                             f"(arguments: {', '.join(params)})")
+        dtype = dtypes.get(name, params[name].dtype or DType.FP32)
+        if not dtype.is_float:
+            raise PlaitError(f"{graph.name}: cannot differentiate with respect to {name!r}: "
+                             f"it is {dtype}, not a float")
+    if len(set(wrt)) != len(wrt):
+        raise PlaitError(f"{graph.name}: wrt lists an argument twice: {list(wrt)}")
+    return list(wrt)
+
+
+def _fit(g: Tensor, like: Node) -> Tensor:
+    """g summed / broadcast onto like's axes and cast to like's dtype."""
+    extra = tuple(a for a in g.axes if a not in like.axes)
+    if extra:
+        g = reduce("sum", g, over=extra)
+    if g.axes != like.axes:
+        g = broadcast(g, like.axes)
+    if g.dtype != like.dtype and like.dtype.is_float:
+        g = cast(g, like.dtype)
+    return g
+
+
+def _needs_grad(graph: AlgorithmGraph, wrt: list[str]) -> set[int]:
+    """Float nodes that depend on a wrt input: the only ones a gradient flows through."""
+    needs: set[int] = set()
+    for n in graph.nodes:
+        if not n.dtype.is_float:
+            continue
+        if n.op in ("input", "param"):
+            if n.attr("name") in wrt:
+                needs.add(n.uid)
+        elif any(i.uid in needs for i in n.inputs):
+            needs.add(n.uid)
+    return needs
+
+
+def _rule(node: Node):
+    vjp = OPS[node.op].vjp
+    if vjp is None:
+        raise PlaitError(f"cannot differentiate through {node.op!r}: it has no gradient rule, "
+                         "and a gradient flows through it here", node.loc)
+    return vjp
+
+
+def _input_node(name: str, axes, dtype: DType, index: int) -> Node:
+    return Node("input", (), tuple(axes), dtype, make_attrs(name=name, index=index))
+
+
+def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None = None,
+                  cotangent_dtypes: dict | None = None) -> AlgorithmGraph:
+    """The (unsimplified) gradient graph of `graph`.
+
+    Parameters: the forward's, then one cotangent `d<out>` per output (with the
+    output's axes), then each saved intermediate. Outputs: `d<input>` per wrt.
+    """
+    wrt = _check_wrt(graph, default_wrt(graph) if wrt is None else list(wrt))
+    saved = saved_nodes(graph, save)
+    cotangent_dtypes = cotangent_dtypes or {}
+    taken = {p.name for p in graph.params}
+    # The gradient graph is for concrete dtypes: say them in its signature.
+    known = graph.input_dtypes()
+    params = [Param(p.name, p.axes, known.get(p.name, p.dtype or DType.FP32), p.default)
+              if p.is_tensor else p for p in graph.params]
+    seeds: dict[str, Node] = {}
+    for out, node in graph.outputs.items():
+        pname = grad_name(out)
+        dtype = cotangent_dtypes.get(pname, node.dtype)
+        seeds[out] = _input_node(pname, node.axes, dtype, len(params))
+        params.append(Param(pname, node.axes, dtype))
+    saved_inputs: dict[int, Node] = {}
+    for label, node in saved.items():
+        saved_inputs[node.uid] = _input_node(label, node.axes, node.dtype, len(params))
+        params.append(Param(label, node.axes, node.dtype))
+    for p in params[len(graph.params):] + [Param(grad_name(w), None, None) for w in wrt]:
+        if p.name in taken:
+            raise PlaitError(f"{graph.name}: the gradient algorithm needs the name {p.name!r}, "
+                             "but the forward already uses it; rename that argument or output")
+        taken.add(p.name)
+
+    needs = _needs_grad(graph, wrt)
+    ct: dict[int, Tensor] = {}
+
+    def accumulate(node: Node, g: Tensor) -> None:
+        g = _fit(g, node)
+        ct[node.uid] = g if node.uid not in ct else ct[node.uid] + g
+
+    grads: dict[str, Tensor] = {}
+    with axis_order(graph.axis_order):
+        for out, node in graph.outputs.items():
+            if node.uid in needs:
+                accumulate(node, Tensor(seeds[out]))
+        for node in reversed(graph.nodes):
+            g = ct.pop(node.uid, None)
+            if g is None:
+                continue
+            if node.op in ("input", "param"):
+                grads[node.attr("name")] = g
+                continue
+            rule = _rule(node)
+            shares = rule(node, g, Tensor(node), *(Tensor(i) for i in node.inputs))
+            if len(shares) != len(node.inputs):
+                raise PlaitError(f"the gradient rule of {node.op!r} returned {len(shares)} "
+                                 f"gradients for {len(node.inputs)} inputs", node.loc)
+            for inp, share in zip(node.inputs, shares):
+                if share is not None and inp.uid in needs:
+                    accumulate(inp, share)
+        inputs = graph.inputs
+        outputs = {}
+        for w in wrt:
+            if w in grads:
+                outputs[grad_name(w)] = grads[w].node
+            else:  # w does not reach an output: its gradient is zero, not an error
+                p = next(p for p in graph.params if p.name == w)
+                zero = constant(0.0, inputs[w].dtype if w in inputs else p.dtype or DType.FP32)
+                outputs[grad_name(w)] = broadcast(zero, p.axes or ()).node
+
+    if saved_inputs:
+        outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or _with_inputs(n, new))
+    return AlgorithmGraph(name or f"{graph.name}.bwd", params, graph.axis_order, outputs)
+
+
+def _with_inputs(node: Node, inputs: tuple[Node, ...]) -> Node:
+    if inputs == node.inputs:
+        return node
+    return Node(node.op, inputs, node.axes, node.dtype, node.attrs, node.loc)
+
+
+def with_saved_outputs(graph: AlgorithmGraph, save, *, name: str | None = None) -> AlgorithmGraph:
+    """The forward graph that also writes out the saved intermediates (named as saved)."""
+    outputs = dict(graph.outputs)
+    for label, node in saved_nodes(graph, save).items():
+        if label in outputs and outputs[label] is not node:
+            raise PlaitError(f"{graph.name}: saved intermediate {label!r} clashes with an "
+                             "output of that name")
+        if label in {p.name for p in graph.params}:
+            raise PlaitError(f"{graph.name}: saved intermediate {label!r} clashes with an "
+                             "argument of that name")
+        outputs[label] = node
+    return AlgorithmGraph(name or graph.name, graph.params, graph.axis_order, outputs)

@@ -1,0 +1,287 @@
+"""Algebraic clean-up of derived graphs: a small table of rewrite rules.
+
+Each rule takes a node (whose inputs are already simplified) and returns an
+equivalent node, or None when it does not apply. An equivalent node has the
+same axes and dtype; the driver checks that. `simplify` applies the table
+bottom-up, merges common subexpressions, and repeats until nothing changes.
+
+Example (LayerNorm dx): `broadcast(dmu) + dxc` loses its broadcast (names
+broadcast implicitly), `sum_N(r * t)` becomes `r * sum_N(t)`, `x + x` becomes
+`x * 2.0`, and the identity `name` ops of the forward disappear.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from plait.dsl.dtypes import DType, promote
+from plait.dsl.graph import AlgorithmGraph, eliminate_common_subexpressions, format_node, rebuild
+from plait.dsl.node import OPS, Node, make_attrs, topo_order
+
+
+# ---- helpers ---------------------------------------------------------------------
+def _node(op: str, inputs, axes, dtype: DType, loc=None, **attrs) -> Node:
+    return Node(op, tuple(inputs), tuple(axes), dtype, make_attrs(**attrs), loc)
+
+
+def const(value, dtype: DType, axes=(), loc=None) -> Node:
+    """A scalar constant of dtype, broadcast over `axes` when given."""
+    value = float(value) if dtype.is_float else (bool(value) if dtype == DType.BOOL
+                                                  else int(value))
+    c = _node("const", (), (), dtype, loc, value=value)
+    return _node("broadcast", (c,), axes, dtype, loc) if axes else c
+
+
+def value_of(n: Node):
+    """The value of a constant (seen through broadcasts), else None."""
+    while n.op == "broadcast":
+        n = n.inputs[0]
+    return n.attr("value") if n.op == "const" else None
+
+
+def is_value(n: Node, v) -> bool:
+    x = value_of(n)
+    return x is not None and not isinstance(x, bool) and x == v
+
+
+def _finite(n: Node) -> bool:
+    """Certainly finite, so that n * 0 == 0 (a NaN or inf operand would not give 0)."""
+    x = value_of(n)
+    if x is not None:
+        return math.isfinite(x)
+    return n.op == "size"
+
+
+def _same(a: Node, like: Node) -> Node | None:
+    return a if a.axes == like.axes and a.dtype == like.dtype else None
+
+
+def _exact(src: DType, via: DType) -> bool:
+    """Does `via` hold every value of `src` exactly (so a round trip through it is a no-op)?"""
+    return src.is_float and via.is_float and promote(src, via) == via
+
+
+# ---- the rules ---------------------------------------------------------------------
+def drop_names(n: Node):
+    """name(x, label) -> x: the label matters to the forward's schedule, not here."""
+    return n.inputs[0] if n.op == "name" else None
+
+
+def merge_casts(n: Node):
+    """cast(x, x.dtype) -> x; cast(cast(x, wider), T) -> cast(x, T)."""
+    if n.op != "cast":
+        return None
+    x = n.inputs[0]
+    if x.dtype == n.dtype:
+        return x
+    if x.op == "cast" and _exact(x.inputs[0].dtype, x.dtype):
+        inner = x.inputs[0]
+        return inner if inner.dtype == n.dtype else _node("cast", (inner,), n.axes, n.dtype,
+                                                          n.loc)
+    return None
+
+
+_FOLD_CTX = SimpleNamespace(round=False, sizes={}, inputs={})
+
+
+def fold_constants(n: Node):
+    """An elementwise op on scalar constants is a constant (computed in float64)."""
+    if OPS[n.op].kind != "elementwise" or not n.inputs or n.axes:
+        return None
+    if any(i.op != "const" for i in n.inputs):
+        return None
+    args = [np.float64(i.attr("value")) if i.dtype.is_float
+            else np.asarray(i.attr("value"), i.dtype.numpy) for i in n.inputs]
+    with np.errstate(all="ignore"):
+        value = np.asarray(OPS[n.op].evaluate(n, _FOLD_CTX, *args)).item()
+    return const(value, n.dtype, loc=n.loc)
+
+
+def hoist_broadcasts(n: Node):
+    """op(broadcast(a), b) -> op(a, b), broadcast again only if a alone had the axis.
+
+    Broadcasting by name is implicit in elementwise ops, so an explicit
+    broadcast feeding one is dropped, or moved past the op when no other
+    operand has the axis (then the op runs over fewer elements).
+    """
+    if OPS[n.op].kind != "elementwise":
+        return None
+    if not any(i.op == "broadcast" for i in n.inputs):
+        return None
+    sources = tuple(i.inputs[0] if i.op == "broadcast" else i for i in n.inputs)
+    present = {a for s in sources for a in s.axes}
+    axes = tuple(a for a in n.axes if a in present)
+    inner = _node(n.op, sources, axes, n.dtype, n.loc, **dict(n.attrs))
+    return inner if axes == n.axes else _node("broadcast", (inner,), n.axes, n.dtype, n.loc)
+
+
+def collapse_broadcasts(n: Node):
+    """broadcast(broadcast(x)) -> broadcast(x); broadcast to x's own axes -> x."""
+    if n.op != "broadcast":
+        return None
+    x = n.inputs[0]
+    if x.axes == n.axes:
+        return _same(x, n)
+    if x.op == "broadcast":
+        return _node("broadcast", x.inputs, n.axes, n.dtype, n.loc)
+    return None
+
+
+def reduce_broadcast(n: Node):
+    """sum_a(broadcast(x)) with x lacking a -> x * size(a); over an axis x has: reduce x first."""
+    if OPS[n.op].kind != "reduce" or n.inputs[0].op != "broadcast":
+        return None
+    x, axis = n.inputs[0].inputs[0], n.attr("axis")
+    if axis in x.axes:
+        inner = _node(n.op, (x,), tuple(a for a in x.axes if a != axis), n.dtype, n.loc,
+                      axis=axis)
+    elif n.op == "sum":
+        if not n.dtype.is_float:
+            return None
+        inner = _node("mul", (x, _node("size", (), (), x.dtype, n.loc, axis=axis)),
+                      x.axes, n.dtype, n.loc)
+    else:  # max / min of copies is the value itself
+        inner = x
+    return inner if inner.axes == n.axes else _node("broadcast", (inner,), n.axes, n.dtype,
+                                                    n.loc)
+
+
+def factor_reductions(n: Node):
+    """sum_a(u * v) -> sum_a(u) * v when v lacks a (also u / v, and -u)."""
+    if n.op != "sum":
+        return None
+    p, axis = n.inputs[0], n.attr("axis")
+    if p.op == "neg":
+        inner = _node("sum", p.inputs, n.axes, n.dtype, n.loc, axis=axis)
+        return _node("neg", (inner,), n.axes, n.dtype, n.loc)
+    if p.op not in ("mul", "div"):
+        return None
+    u, v = p.inputs
+    if p.op == "mul" and axis not in u.axes and axis in v.axes:
+        u, v = v, u
+    if axis in v.axes or axis not in u.axes or u.dtype != n.dtype:
+        return None
+    reduced = _node("sum", (u,), tuple(a for a in u.axes if a != axis), n.dtype, n.loc,
+                    axis=axis)
+    return _node(p.op, (reduced, v), n.axes, n.dtype, n.loc)
+
+
+def identities(n: Node):
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x; where(c, a, a) -> a; --x -> x."""
+    if n.op in ("add", "sub", "mul", "div"):
+        a, b = n.inputs
+        unit = 0 if n.op in ("add", "sub") else 1
+        if is_value(b, unit):
+            return _same(a, n)
+        if n.op in ("add", "mul") and is_value(a, unit):
+            return _same(b, n)
+    if n.op == "where" and n.inputs[1] is n.inputs[2]:
+        return _same(n.inputs[1], n)
+    if n.op == "neg" and n.inputs[0].op == "neg":
+        return _same(n.inputs[0].inputs[0], n)
+    return None
+
+
+def zeros(n: Node):
+    """x * 0 -> 0 (x certainly finite); 0 - x -> -x; where(c, 0, 0) -> 0; x * -1 -> -x."""
+    if n.op == "mul":
+        for z, x in (n.inputs, reversed(n.inputs)):
+            if is_value(z, 0) and _finite(x):
+                return const(0.0, n.dtype, n.axes, n.loc)
+            if is_value(z, -1) and _same(x, n):
+                return _node("neg", (x,), n.axes, n.dtype, n.loc)
+    if n.op == "sub" and is_value(n.inputs[0], 0) and _same(n.inputs[1], n):
+        return _node("neg", (n.inputs[1],), n.axes, n.dtype, n.loc)
+    if n.op == "where":
+        c, a, b = n.inputs
+        va, vb = value_of(a), value_of(b)
+        if va is not None and va == vb and a.dtype == b.dtype:
+            return const(va, n.dtype, n.axes, n.loc)
+    return None
+
+
+def negations(n: Node):
+    """a + -b -> a - b; -a + b -> b - a; a - -b -> a + b; -a * b, a / -b ... -> -(a * b)."""
+    if n.op not in ("add", "sub", "mul", "div") or any(i.dtype != n.dtype for i in n.inputs):
+        return None
+    a, b = n.inputs
+    if n.op == "add" and b.op == "neg":
+        return _node("sub", (a, b.inputs[0]), n.axes, n.dtype, n.loc)
+    if n.op == "add" and a.op == "neg":
+        return _node("sub", (b, a.inputs[0]), n.axes, n.dtype, n.loc)
+    if n.op == "sub" and b.op == "neg":
+        return _node("add", (a, b.inputs[0]), n.axes, n.dtype, n.loc)
+    if n.op in ("mul", "div") and (a.op == "neg") != (b.op == "neg"):
+        # Pull the sign out, where an add or sub above can absorb it.
+        inner = (a.inputs[0] if a.op == "neg" else a, b.inputs[0] if b.op == "neg" else b)
+        return _node("neg", (_node(n.op, inner, n.axes, n.dtype, n.loc),), n.axes, n.dtype,
+                     n.loc)
+    if n.op in ("mul", "div") and a.op == "neg" and b.op == "neg":
+        return _node(n.op, (a.inputs[0], b.inputs[0]), n.axes, n.dtype, n.loc)
+    return None
+
+
+def doubling(n: Node):
+    """x + x -> x * 2; (a + x) + x -> a + x * 2 (gradient shares often arrive twice)."""
+    if n.op != "add" or not n.dtype.is_float or any(i.dtype != n.dtype for i in n.inputs):
+        return None
+    a, x = n.inputs
+    if a is x:
+        return _node("mul", (x, const(2.0, n.dtype, loc=n.loc)), n.axes, n.dtype, n.loc)
+    if a.op == "add" and a.inputs[1] is x and a.inputs[0].dtype == n.dtype:
+        twice = _node("mul", (x, const(2.0, n.dtype, loc=n.loc)), x.axes, n.dtype, n.loc)
+        return _node("add", (a.inputs[0], twice), n.axes, n.dtype, n.loc)
+    return None
+
+
+RULES = (drop_names, merge_casts, fold_constants, collapse_broadcasts, hoist_broadcasts,
+         reduce_broadcast, factor_reductions, identities, zeros, negations, doubling)
+
+
+# ---- the driver --------------------------------------------------------------------
+def _rewrite(node: Node, inputs: tuple[Node, ...], rules) -> Node:
+    if inputs != node.inputs:
+        node = Node(node.op, inputs, node.axes, node.dtype, node.attrs, node.loc)
+    for _ in range(100):  # each rule shrinks or normalises; the cap is a safety net
+        for rule in rules:
+            new = rule(node)
+            if new is not None and new is not node:
+                if new.axes != node.axes or new.dtype != node.dtype:
+                    raise AssertionError(f"simplify rule {rule.__name__} changed "
+                                         f"{node} into {new}")
+                node = new
+                break
+        else:
+            return node
+    return node
+
+
+def _signature(outputs: dict[str, Node]) -> tuple:
+    names: dict[int, str] = {}
+    lines = []
+    for i, n in enumerate(topo_order(list(outputs.values()))):
+        names[n.uid] = f"%{i}"
+        lines.append(format_node(n, names))
+    return tuple(lines) + tuple(names[n.uid] for n in outputs.values())
+
+
+def simplify_outputs(outputs: dict[str, Node], rules=RULES) -> dict[str, Node]:
+    """Apply `rules` bottom-up and merge common subexpressions until nothing changes."""
+    outputs = eliminate_common_subexpressions(outputs)
+    before = _signature(outputs)
+    for _ in range(20):
+        outputs = rebuild(outputs, lambda n, new: _rewrite(n, new, rules))
+        outputs = eliminate_common_subexpressions(outputs)
+        after = _signature(outputs)
+        if after == before:
+            break
+        before = after
+    return outputs
+
+
+def simplify(graph: AlgorithmGraph, rules=RULES) -> AlgorithmGraph:
+    """The same algorithm with the rewrite table applied (see the module docstring)."""
+    return AlgorithmGraph(graph.name, graph.params, graph.axis_order,
+                          simplify_outputs(graph.outputs, rules))
