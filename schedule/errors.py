@@ -72,10 +72,12 @@ class Problems:
         text = where(self.source, self.lines, path, line) + message + hint
         self._found.append((line if line is not None else 1 << 30, text))
 
-    def unknown(self, path: str, name: str, choices: Iterable[str], what: str) -> None:
+    def unknown(self, path: str, name: str, choices: Iterable[str], what: str,
+                of: str = "") -> None:
         choices = list(choices)
         known = f"; known: {', '.join(map(str, choices))}" if choices else ""
-        self.add(path, f"unknown {what} {name!r}{known}", name, choices)
+        self.add(path, f"unknown {what} {name!r}{' of ' + of if of else ''}{known}",
+                 name, choices)
 
     def raise_if_any(self) -> None:
         if self.messages:

@@ -1,0 +1,75 @@
+"""The built-in schedule for a kernel no schedule file covers.
+
+    >>> default_kernel_schedule(("M", "N"), {"N"}, itemsize=2, sizes={"M": 4096, "N": 8192})
+    KernelSchedule(grid=(('M', 1),), block=(('N', AxisBlock(threads=256, vector=8)),), warps=None, reduction='two_stage', save=())
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .model import AxisBlock, KernelSchedule
+
+DEFAULT_THREADS = 256
+MIN_THREADS, MAX_THREADS = 32, 1024
+PASSES_PER_THREAD = 4      # a row reduction: each thread takes 4 vectors of the row
+ELEMENTWISE_UNROLL = 2     # an elementwise block covers 2 vectors per thread
+COLUMN_ROWS, COLUMN_ROW_THREADS, COLUMN_THREADS = 64, 4, 64
+
+
+def vector_width(itemsize: int) -> int:
+    """Elements per 16-byte access: 16 for 1-byte types, else capped at 8."""
+    width = max(1, 16 // itemsize)
+    return width if itemsize == 1 else min(width, 8)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], itemsize: int,
+                            sizes: Mapping[str, int] | None = None) -> KernelSchedule:
+    """A schedule for a kernel over `axes` (canonical order, last = contiguous).
+
+    `reduce_axes` are the axes summed (or maxed) inside the kernel; `itemsize`
+    the widest element stored, in bytes; `sizes` the axis sizes when known.
+    Every block reads 16 bytes per access (`vector_width`). Three shapes:
+
+    - row reduction (the innermost axis is reduced, e.g. layernorm's mean over
+      N): one block per row, tile 1 on every other axis; threads on the row so
+      that each takes about 4 vectors: clamp(next_pow2(ceil(N / (4*vector))),
+      32, 1024), or 256 when N is unknown.
+    - column reduction (an outer axis R is reduced and the innermost is not,
+      e.g. dw = sum over M of dy*xhat): a block takes 64 rows of R and a strip of
+      64*vector columns, with 4 x 64 threads; the partial sums over R's tiles
+      are finished in a second kernel.
+    - elementwise (nothing reduced on the innermost axis): 256 threads along
+      it, 2 vectors each, so grid tile = 256*vector*2; tile 1 elsewhere.
+
+        >>> default_kernel_schedule(("M", "N"), {"M"}, itemsize=4).to_dict()
+        {'grid': {'M': 64, 'N': 256}, 'block': {'M': {'threads': 4}, 'N': {'threads': 64, 'vector': 4}}}
+        >>> default_kernel_schedule(("M", "N"), set(), itemsize=2).to_dict()
+        {'grid': {'M': 1, 'N': 4096}, 'block': {'N': {'threads': 256, 'vector': 8}}}
+    """
+    axes = tuple(axes)
+    if not axes:
+        return KernelSchedule()  # a kernel of scalars: nothing to spread
+    reduced = set(reduce_axes)
+    inner, outer = axes[-1], axes[:-1]
+    vector = vector_width(itemsize)
+    rows = [a for a in outer if a in reduced]
+    if rows and inner not in reduced:
+        row = rows[-1]  # the reduced axis nearest the contiguous one
+        grid = [(a, COLUMN_ROWS if a == row else 1) for a in outer]
+        grid.append((inner, COLUMN_THREADS * vector))
+        block = ((row, AxisBlock(COLUMN_ROW_THREADS)), (inner, AxisBlock(COLUMN_THREADS, vector)))
+        return KernelSchedule(grid=tuple(grid), block=block)
+    if inner in reduced:
+        threads = DEFAULT_THREADS
+        if sizes and inner in sizes:
+            per_pass = vector * PASSES_PER_THREAD
+            threads = min(max(next_pow2(-(-sizes[inner] // per_pass)), MIN_THREADS), MAX_THREADS)
+        return KernelSchedule(grid=tuple((a, 1) for a in outer),
+                              block=((inner, AxisBlock(threads, vector)),))
+    tile = DEFAULT_THREADS * vector * ELEMENTWISE_UNROLL
+    return KernelSchedule(grid=tuple((a, 1) for a in outer) + ((inner, tile),),
+                          block=((inner, AxisBlock(DEFAULT_THREADS, vector)),))

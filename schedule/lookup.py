@@ -1,0 +1,99 @@
+"""Finding the schedule file for an algorithm on a GPU.
+
+Architectures are tried from the GPU's own down a fallback chain; each is
+looked for first in the user's search paths, then in the shipped
+`plait/schedules/<arch>/<algorithm>.yaml`. None means: use the default heuristic.
+
+    >>> arch_chain("sm_89")
+    ('sm_89', 'sm_86', 'sm_80')
+    >>> arch_of_capability(9, 0)
+    'sm_90a'
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import ScheduleError
+from .loader import load_schedule
+from .model import Schedule
+from .validate import validate
+
+FALLBACK = ("sm_90a", "sm_90", "sm_89", "sm_86", "sm_80")
+SUFFIXES = (".yaml", ".yml")
+_ARCH = re.compile(r"sm_(\d+)(a?)$")
+
+
+def arch_of_capability(major: int, minor: int) -> str:
+    """The arch name for a compute capability: (9, 0) -> 'sm_90a', (8, 6) -> 'sm_86'.
+
+    Only sm_90 gets the 'a' suffix (wgmma, setmaxnreg); its features do not
+    carry over to later GPUs, so they are named without it.
+    """
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
+def _rank(arch: str) -> tuple[int, bool]:
+    m = _ARCH.match(arch)
+    if not m:
+        raise ScheduleError(f"{arch!r} is not a GPU architecture like 'sm_90a' or 'sm_80'")
+    return int(m.group(1)), bool(m.group(2))
+
+
+def arch_chain(arch: str) -> tuple[str, ...]:
+    """`arch`, then the FALLBACK entries at or below it.
+
+    An 'a' entry is never a fallback: sm_90a code (wgmma) runs on no other GPU.
+    """
+    number, _ = _rank(arch)
+    below = [a for a in FALLBACK
+             if a != arch and not _rank(a)[1] and _rank(a)[0] <= number]
+    return (arch, *below)
+
+
+def shipped_folder() -> Path:
+    """The folder of the `plait.schedules` package (`<arch>/<algorithm>.yaml` inside)."""
+    return Path(importlib.import_module("plait.schedules").__file__).parent
+
+
+def candidates(algorithm: str, arch: str, search_paths=()) -> Iterator[tuple[Path, bool]]:
+    """Every file worth a look, best first, with whether it is named for `algorithm`.
+
+    A file that is named for the algorithm must schedule it; a YAML file given
+    directly in `search_paths` is only used when its `algorithm:` matches.
+    """
+    if isinstance(search_paths, (str, os.PathLike)):
+        search_paths = (search_paths,)
+    chain = arch_chain(arch)
+    for place in [Path(p) for p in search_paths] + [shipped_folder()]:
+        if place.is_file():
+            yield place, False
+            continue
+        for sub in (*chain, ""):  # '<arch>/<algorithm>.yaml', then a flat '<algorithm>.yaml'
+            for suffix in SUFFIXES:
+                path = place / sub / f"{algorithm}{suffix}"
+                if path.is_file():
+                    yield path, True
+
+
+def find_schedule(algorithm: str, arch: str, search_paths=()) -> Schedule | None:
+    """The schedule for `algorithm` on `arch`, or None when no file covers it.
+
+    A file whose `target:` is set is used only on an arch of the chain.
+    """
+    chain = arch_chain(arch)
+    for path, named in candidates(algorithm, arch, search_paths):
+        schedule = load_schedule(path)
+        if schedule.algorithm != algorithm:
+            if named:
+                raise ScheduleError(f"{path}:{schedule.lines.get('algorithm', 1)}: algorithm: "
+                                    f"the file is named for {algorithm!r} but schedules "
+                                    f"{schedule.algorithm!r}")
+            continue
+        if schedule.target is not None and schedule.target not in chain:
+            continue
+        return validate(schedule)
+    return None

@@ -1,0 +1,119 @@
+"""Checking a schedule against the algorithm it schedules.
+
+Every problem is reported at once, each as `FILE:LINE: key.path: message`,
+with the nearest valid name where one is close:
+
+    >>> from plait.dsl import Tensor, algorithm, mean
+    >>> @algorithm
+    ... def center(x: Tensor["M", "N"]):
+    ...     return x - mean(x, over="N")
+    >>> s = Schedule.from_dict({"algorithm": "center", "grid": {"m": 1}})
+    >>> validate(s, center.graph())
+    Traceback (most recent call last):
+    ...
+    plait.schedule.errors.ScheduleError: grid.m: unknown axis 'm' of center; known: M, N (did you mean 'M'?)
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .errors import Problems
+from .model import KernelSchedule, Schedule
+
+REDUCTIONS = ("two_stage", "atomic")
+VECTORS = (1, 2, 4, 8, 16)
+MAX_BLOCK_AXES = 2
+MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
+_TARGET = re.compile(r"sm_\d+a?$")
+
+
+def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None = None
+             ) -> Schedule:
+    """Raise ScheduleError listing every problem; return the schedule when there is none.
+
+    Without `graph` only what holds for any algorithm is checked (thread
+    counts, vector widths, warps, reduction, dtypes); with it also the
+    algorithm's name, its axes and its tensor names; with `kernel_names` also
+    the keys under `kernels:`.
+    """
+    p = Problems(schedule.source, schedule.lines)
+    if schedule.target is not None and not _TARGET.match(schedule.target):
+        p.add("target", f"{schedule.target!r} is not a GPU architecture like 'sm_90a' or 'sm_80'")
+    specs = [("", schedule.default, schedule.default)]
+    specs += [(f"kernels.{name}.", ks, schedule.default.merged(ks)) for name, ks in schedule.kernels]
+    for prefix, own, effective in specs:
+        _check_kernel(p, prefix, own, effective)
+    _check_dtypes(p, schedule)
+    if graph is not None:
+        _check_against_graph(p, schedule, graph, specs)
+    if kernel_names is not None:
+        _check_kernel_names(p, schedule, list(kernel_names))
+    p.raise_if_any()
+    return schedule
+
+
+def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSchedule) -> None:
+    for axis, tile in own.grid:
+        if tile < 1:
+            p.add(f"{prefix}grid.{axis}", f"a grid tile is at least 1, not {tile}")
+    if len(own.block) > MAX_BLOCK_AXES:
+        p.add(prefix + "block", f"a block spreads over at most {MAX_BLOCK_AXES} axes "
+              f"(a row axis and the innermost one), not {len(own.block)}")
+    for axis, ab in own.block:
+        if ab.threads < 1 or ab.threads & (ab.threads - 1):
+            p.add(f"{prefix}block.{axis}.threads",
+                  f"threads per axis is a power of two, not {ab.threads}")
+        if ab.vector not in VECTORS:
+            p.add(f"{prefix}block.{axis}.vector",
+                  f"vector is one of {', '.join(map(str, VECTORS))}, not {ab.vector}")
+    if own.block and not (MIN_THREADS <= own.threads <= MAX_THREADS
+                          and own.threads % WARP == 0):
+        p.add(prefix + "block", f"a block holds {MIN_THREADS}..{MAX_THREADS} threads in whole "
+              f"warps of {WARP}, not {own.threads}")
+    if eff.block and eff.warps is not None and eff.warps * WARP != eff.threads:
+        # Point at whichever of the two this kernel itself sets.
+        path = prefix + ("warps" if own.warps is not None or not own.block else "block")
+        p.add(path, f"warps: {eff.warps} does not match the block's {eff.threads} threads "
+              f"({eff.threads / WARP:g} warps)")
+    if own.reduction not in REDUCTIONS:
+        p.unknown(prefix + "reduction", own.reduction, REDUCTIONS, "reduction")
+
+
+def _check_dtypes(p: Problems, schedule: Schedule) -> None:
+    for key in ("compute", "accumulate"):
+        dt = getattr(schedule.dtypes, key)
+        if dt is None:
+            continue
+        if not dt.is_float:
+            p.add(f"dtypes.{key}", f"{key} must be a float dtype (fp32, bf16, fp16), not {dt}")
+        elif dt.bits == 8:
+            p.add(f"dtypes.{key}", f"{key} cannot be {dt}: GPUs have no fp8 arithmetic; keep fp8 "
+                  "for storage and compute in fp16, bf16 or fp32")
+
+
+def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
+    if schedule.algorithm != graph.name:
+        p.add("algorithm", f"this schedule is for {schedule.algorithm!r}, "
+              f"not for the algorithm {graph.name!r}", schedule.algorithm, [graph.name])
+    axes = tuple(graph.axis_order)
+    for prefix, own, _ in specs:
+        for key, entries in (("grid", own.grid), ("block", own.block)):
+            for axis, _ in entries:
+                if axis not in axes:
+                    p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)
+    tensors = [prm.name for prm in graph.params if prm.axes is not None] + list(graph.outputs)
+    for name, _ in schedule.dtypes.storage:
+        if name != "default" and name not in tensors:
+            p.unknown(f"dtypes.storage.{name}", name, tensors + ["default"], "tensor",
+                      graph.name)
+
+
+def _check_kernel_names(p: Problems, schedule: Schedule, names: list[str]) -> None:
+    prefix = schedule.algorithm + "."
+    short = [n[len(prefix):] for n in names if n.startswith(prefix)]
+    for key, _ in schedule.kernels:
+        if key not in names and key not in short:
+            p.unknown(f"kernels.{key}", key, short + [n for n in names if not n.startswith(prefix)],
+                      "kernel")
+
