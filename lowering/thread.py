@@ -62,12 +62,15 @@ def _thread_bits(layout: Layout, axis: str) -> tuple[int, ...]:
 
 
 def _vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, int]) -> int:
+    """Elements per memory instruction: the layout's vector, split to at most 16 bytes,
+    or 1 when rows of this buffer may start unaligned."""
     col = layout.col
-    if col is None or col.vector == 1 or not buffer.axes or buffer.axes[-1] != col.axis:
+    if not aligned or col is None or not buffer.axes or buffer.axes[-1] != col.axis:
         return 1
-    width = col.vector * buffer.dtype.itemsize
-    ok = aligned and width <= 16 and sizes[col.axis] % col.vector == 0
-    return col.vector if ok else 1
+    vec = col.vector
+    while vec > 1 and (vec * buffer.dtype.itemsize > 16 or sizes[col.axis] % vec):
+        vec //= 2
+    return vec
 
 
 def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int],
