@@ -22,14 +22,36 @@ class ScheduleError(PlaitError):
 
 
 def suggest(name: str, choices: Iterable[str]) -> str | None:
-    """The valid name nearest to `name`, or None when nothing is close."""
-    choices = [str(c) for c in choices]
-    for c in choices:  # 'n' for 'N': case slips first, difflib scores them 0
-        if c.lower() == str(name).lower():
-            return c
-    lowered = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.6)
+    """The valid name nearest to `name`, or None when nothing is close.
+
+    Case slips ('n' for 'N') and a typo or two ('wd' for 'dw', 'vectr') count
+    as close; difflib's ratio breaks ties and catches longer near-misses.
+    """
+    name = str(name).lower()
+    lowered = {str(c).lower(): str(c) for c in choices}
+    if name in lowered:
+        return lowered[name]
+    budget = max(1, len(name) // 3)
+    scored = [(_typos(name, c), -difflib.SequenceMatcher(None, name, c).ratio(), c)
+              for c in lowered]
+    near = [s for s in scored if s[0] <= budget and s[0] < len(name)]
+    if near:
+        return lowered[min(near)[2]]
+    close = difflib.get_close_matches(name, list(lowered), n=1, cutoff=0.6)
     return lowered[close[0]] if close else None
+
+
+def _typos(a: str, b: str) -> int:
+    """Edits from a to b: insertions, deletions, substitutions, swaps of neighbours."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if prev2 and i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
 
 
 def line_of(lines: Mapping[str, int], path: str) -> int | None:

@@ -6,7 +6,7 @@ import pytest
 from plait.dsl import Tensor, algorithm, mean, rsqrt, sum
 
 
-@algorithm
+@algorithm(name="layernorm")
 def _layernorm(x: Tensor["M", "N"], w: Tensor["N"], b: Tensor["N"], eps: float = 1e-5):
     mu = mean(x, over="N")
     xc = x - mu
