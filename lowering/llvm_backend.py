@@ -19,6 +19,7 @@ from plait.dsl.dtypes import DType
 
 from . import ops_llvm as L
 from .thread import REDUCE_IDENTITY, ThreadProgram
+from .tile import register_dtype
 
 PTX_FEATURES = {"sm_80": "+ptx70", "sm_86": "+ptx71", "sm_89": "+ptx78", "sm_90": "+ptx78",
                 "sm_90a": "+ptx80"}
@@ -232,7 +233,9 @@ class _Emitter:
                 mask = self.in_bounds(buf.axes, r, c, v0)
                 words = _asm_load(self.b, self.address(buf, r, c, v0), mask, vec, buf.dtype)
                 for k, bits in enumerate(words):
-                    out[r, c, v0 + k] = bits
+                    # Narrow floats stay bits until the tile program's `convert`.
+                    out[r, c, v0 + k] = bits if buf.dtype != register_dtype(buf.dtype) \
+                        else L.decode(self.b, bits, buf.dtype)
         return out
 
     def _store(self, op, value: np.ndarray) -> None:
