@@ -26,9 +26,9 @@ SOURCE_OPS = ("input", "param", "const", "size", "iota")
 
 def default_wrt(graph: AlgorithmGraph) -> list[str]:
     """Every float tensor input of the graph, in signature order."""
-    dtypes = graph.input_dtypes()
+    dtypes = graph.input_dtypes()  # arguments the graph never reads keep their declared one
     return [p.name for p in graph.params
-            if p.is_tensor and p.name in dtypes and dtypes[p.name].is_float]
+            if p.is_tensor and dtypes.get(p.name, p.dtype or DType.FP32).is_float]
 
 
 def grad_name(name: str) -> str:

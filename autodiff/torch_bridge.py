@@ -1,0 +1,167 @@
+"""`to_torch`: a plait algorithm as a differentiable torch function.
+
+    f = to_torch(layernorm)              # wrt: every float tensor argument
+    y = f(x, w, b)                       # forward: plait.run(layernorm, ...)
+    y.sum().backward()                   # backward: plait.run(layernorm.bwd, ...)
+
+torch is imported only when `to_torch` is called. Arguments are checked before
+anything runs, and refused with a PlaitError naming the argument: a non-tensor
+where the algorithm declares a tensor, a tensor of the wrong rank or of a dtype
+plait lacks, tensors on different devices (or on a device that is neither CUDA
+nor CPU), and a tensor that requires grad while plait does not differentiate
+with respect to it (not in `wrt`), since its gradient would silently be lost.
+"""
+from __future__ import annotations
+
+from plait.dsl.algorithm import Algorithm, Param
+from plait.dsl.dtypes import dtype_of
+from plait.dsl.errors import PlaitError
+
+from .reverse import grad_name
+from .transform import grad
+
+
+def bind_arguments(algo: Algorithm, wrt, args, kwargs, is_tensor) -> list:
+    """algo's arguments in signature order, checked as the module docstring says.
+
+    Duck-typed on tensors (`dtype`, `device`, `requires_grad`, `ndim`) so that
+    the checks themselves need no torch.
+    """
+    params = algo.params
+    if len(args) > len(params):
+        raise PlaitError(f"{algo.name} takes {len(params)} arguments, got {len(args)}")
+    bound = dict(zip((p.name for p in params), args))
+    for k, v in kwargs.items():
+        if k not in {p.name for p in params}:
+            raise PlaitError(f"{algo.name} has no argument {k!r}")
+        if k in bound:
+            raise PlaitError(f"{algo.name}: argument {k!r} given twice")
+        bound[k] = v
+    values, devices = [], {}
+    for p in params:
+        if p.name not in bound:
+            if p.is_tensor or p.default is None:
+                raise PlaitError(f"{algo.name}: missing argument {p.name!r}")
+            values.append(p.default)
+            continue
+        v = bound[p.name]
+        values.append(_check_tensor(algo, p, v, wrt, is_tensor) if p.is_tensor
+                      else _check_scalar(algo, p, v, is_tensor))
+        if p.is_tensor:
+            devices[p.name] = v.device
+    kinds = {str(d) for d in devices.values()}
+    if len(kinds) > 1:
+        listing = ", ".join(f"{k} on {d}" for k, d in devices.items())
+        raise PlaitError(f"{algo.name}: all tensors must be on one device ({listing})")
+    for name, d in devices.items():
+        if getattr(d, "type", str(d).split(":")[0]) not in ("cuda", "cpu"):
+            raise PlaitError(f"{algo.name}: {name} is on {d}; plait runs CUDA (or CPU) tensors")
+    return values
+
+
+def _check_tensor(algo, p: Param, v, wrt, is_tensor):
+    declared = f'Tensor[{", ".join(repr(a) for a in p.axes)}]'
+    if not is_tensor(v):
+        raise PlaitError(f"{algo.name}: argument {p.name!r} is declared {declared}; pass a "
+                         f"torch.Tensor, not {type(v).__name__}")
+    if v.ndim != len(p.axes):
+        raise PlaitError(f"{algo.name}: argument {p.name!r} is declared {declared} "
+                         f"({len(p.axes)} axes) but has {v.ndim}")
+    try:
+        dtype = dtype_of(v.dtype)
+    except ValueError:
+        raise PlaitError(f"{algo.name}: argument {p.name!r} is {v.dtype}, which plait has "
+                         "no dtype for (use bf16, fp16, fp32, fp8, int32/int64 or bool)") from None
+    if getattr(v, "requires_grad", False):
+        if not dtype.is_float:
+            raise PlaitError(f"{algo.name}: argument {p.name!r} requires grad but is {dtype}; "
+                             "only float arguments can be differentiated")
+        if p.name not in wrt:
+            raise PlaitError(f"{algo.name}: argument {p.name!r} requires grad, but this "
+                             f"function differentiates only {', '.join(wrt) or 'nothing'}; "
+                             "add it to wrt= or detach it")
+    return v
+
+
+def _check_scalar(algo, p: Param, v, is_tensor):
+    if is_tensor(v):
+        if v.ndim != 0 or getattr(v, "requires_grad", False):
+            raise PlaitError(f"{algo.name}: argument {p.name!r} is a scalar; pass a Python "
+                             "number (scalars are not differentiated here)")
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise PlaitError(f"{algo.name}: argument {p.name!r} is a scalar; pass a Python "
+                         f"number, not {type(v).__name__}")
+    return v
+
+
+def _outputs(result, names: list[str], what: str) -> list:
+    """plait.run's result (one array, a tuple, or a dict) as a list in `names` order."""
+    if isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise PlaitError(f"{what}: plait.run returned no {missing}")
+        return [result[n] for n in names]
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(names):
+            raise PlaitError(f"{what}: plait.run returned {len(result)} outputs, expected "
+                             f"{len(names)} ({', '.join(names)})")
+        return list(result)
+    if len(names) != 1:
+        raise PlaitError(f"{what}: plait.run returned one output, expected {', '.join(names)}")
+    return [result]
+
+
+def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None):
+    """A function of torch tensors computing algo, differentiable with respect to `wrt`.
+
+    The forward runs `plait.run(algo, ..., schedule=schedule)`, the backward
+    `plait.run(grad(algo, wrt), ..., schedule=grad_schedule)`.
+    """
+    import torch  # only here: plait does not depend on torch
+
+    import plait
+    bwd = grad(algo, wrt)
+    wrt = list(bwd.wrt)
+    out_names = list(algo.graph().outputs)
+    grad_names = list(bwd.graph().outputs)
+    n_params = len(algo.params)
+
+    def as_torch(x, like):
+        if isinstance(x, torch.Tensor):
+            return x
+        if hasattr(x, "__dlpack__"):
+            return torch.from_dlpack(x)
+        return torch.as_tensor(x, device=like.device)
+
+    class PlaitFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *values):
+            ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)))
+            ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in values]
+            like = next(v for v in values if isinstance(v, torch.Tensor))
+            outs = _outputs(plait.run(algo, *values, schedule=schedule), out_names, algo.name)
+            outs = [as_torch(o, like) for o in outs]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *cotangents):
+            tensors = iter(ctx.saved_tensors)
+            values = [next(tensors) if s is None else s for s in ctx.scalars]
+            cots = [c.contiguous() for c in cotangents]
+            result = plait.run(bwd, *values, *cots, schedule=grad_schedule)
+            grads = dict(zip(grad_names, _outputs(result, grad_names, bwd.name)))
+            return tuple(as_torch(grads[grad_name(p.name)], values[i])
+                         if grad_name(p.name) in grads else None
+                         for i, p in enumerate(algo.params[:n_params]))
+
+    def apply(*args, **kwargs):
+        values = bind_arguments(algo, wrt, args, kwargs,
+                                lambda v: isinstance(v, torch.Tensor))
+        values = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in values]
+        return PlaitFunction.apply(*values)
+
+    apply.__name__ = algo.name.replace(".", "_")
+    apply.__doc__ = f"{algo.name} through plait, differentiable in {', '.join(wrt)}."
+    apply.algorithm, apply.grad_algorithm = algo, bwd
+    return apply
