@@ -109,6 +109,11 @@ def _ready():
     return st["drv"]
 
 
+def require_gpu() -> None:
+    """Raise the CudaError saying why there is no usable GPU; return quietly when there is one."""
+    _ready()
+
+
 def gpu_available() -> bool:
     """Whether a CUDA GPU can be used; False (never an exception) without driver or device."""
     try:

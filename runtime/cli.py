@@ -1,0 +1,206 @@
+"""The `plait` command.
+
+    plait run FILE.py[:NAME] [--schedule S] [--device auto|cpu|gpu] [--shape M=1000,N=3001]
+              [--dtype bf16] [--scalar eps=1e-6] [--seed 0] [--target sm_90a]
+    plait compile FILE.py[:NAME] [--schedule S] [--target sm_90a] [--dump DIR] [--shape ...]
+    plait grad FILE.py[:NAME] [--wrt x,w]
+
+`run` makes seeded random inputs, runs the algorithm and checks it against the
+float64 reference on the same (rounded) inputs; its last line is
+`ok max_rel_err=<e> time_ms=<t>` (exit 0) or `FAIL <why>` (exit 1).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+from plait.dsl.errors import PlaitError
+
+from .loading import default_sizes, load_algorithm, make_inputs, parse_pairs
+
+
+def _common(p: argparse.ArgumentParser, shapes: bool = True) -> None:
+    p.add_argument("file", metavar="FILE.py[:NAME]", help="the algorithm's file, and its name "
+                   "when the file holds several")
+    if shapes:
+        p.add_argument("--schedule", help="schedule file (YAML or .py) or folder to search")
+        p.add_argument("--shape", default="", metavar="AXIS=N,...", help="axis extents")
+        p.add_argument("--dtype", help="storage dtype of every input (else the schedule's, "
+                       "else fp32)")
+        p.add_argument("--scalar", default="", metavar="NAME=V,...", help="scalar arguments")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="plait", description="plait: tensor algorithms + "
+                                     "schedules compiled to GPU kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run on random inputs and check against the reference")
+    _common(run)
+    run.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    run.add_argument("--target", help="GPU arch to compile for (default: the GPU's)")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(func=cmd_run)
+    comp = sub.add_parser("compile", help="compile ahead of time; --dump writes every IR stage")
+    _common(comp)
+    comp.add_argument("--target", default="sm_90a")
+    comp.add_argument("--dump", metavar="DIR", help="write DIR/<NN>_<stage>.txt and the PTX")
+    comp.set_defaults(func=cmd_compile)
+    grad = sub.add_parser("grad", help="print the gradient algorithm as DSL source")
+    _common(grad, shapes=False)
+    grad.add_argument("--wrt", default="", metavar="X,W", help="arguments to differentiate "
+                      "with respect to (default: every float tensor)")
+    grad.set_defaults(func=cmd_grad)
+    return parser
+
+
+def _dtypes(algo, args, schedule) -> dict:
+    """Storage dtype per tensor argument: --dtype, else the schedule's policy, else declared/fp32."""
+    from plait.dsl.dtypes import DType, dtype_of
+    out = {}
+    for p in algo.tensor_params:
+        if args.dtype:
+            out[p.name] = dtype_of(args.dtype)
+        elif schedule is not None and schedule.dtypes.storage_of(p.name) is not None:
+            out[p.name] = schedule.dtypes.storage_of(p.name)
+        else:
+            out[p.name] = p.dtype or DType.FP32
+    return out
+
+
+def _sizes(algo, text: str, device: str) -> dict[str, int]:
+    sizes = default_sizes(algo.axis_order, small=(device == "cpu"))
+    for axis, value in parse_pairs(text, "--shape").items():
+        if axis not in sizes:
+            raise PlaitError(f"--shape: {algo.name} has no axis {axis!r} "
+                             f"(its axes: {', '.join(algo.axis_order)})")
+        try:
+            sizes[axis] = int(value)
+        except ValueError:
+            raise PlaitError(f"--shape: {axis}={value} is not an integer") from None
+    return sizes
+
+
+def _scalars(algo, text: str) -> dict[str, float]:
+    given = {k: float(v) for k, v in parse_pairs(text, "--scalar").items()}
+    names = {p.name for p in algo.params if not p.is_tensor}
+    for name in given:
+        if name not in names:
+            raise PlaitError(f"--scalar: {algo.name} has no scalar argument {name!r}")
+    for p in algo.params:
+        if not p.is_tensor and p.default is None and p.name not in given:
+            raise PlaitError(f"{algo.name} needs scalar {p.name!r}: pass --scalar {p.name}=V")
+    return given
+
+
+def cmd_run(args) -> int:
+    from plait.dsl.dtypes import dtype_of
+    from plait.dsl.reference import evaluate
+
+    from . import api
+    from .tolerance import max_rel_err, tolerance
+    algo = load_algorithm(args.file)
+    gpu = api.use_gpu(args.device, False)
+    arch = args.target or (api.gpu_target() if gpu else api.DEFAULT_TARGET)
+    schedule = api.resolve_schedule(algo, args.schedule, arch)
+    dtypes = _dtypes(algo, args, schedule)
+    sizes = _sizes(algo, args.shape, "gpu" if gpu else "cpu")
+    scalars = _scalars(algo, args.scalar)
+    inputs = make_inputs(algo, dtypes, sizes, args.seed)
+    device = "gpu" if gpu else "cpu"
+
+    def once():
+        return api.run(algo, schedule=schedule, device=device, target=args.target,
+                       **inputs, **scalars)
+    start = time.perf_counter()
+    result = once()
+    elapsed = time.perf_counter() - start
+    if gpu:   # the first call compiled; time a second one (numpy out: it waits for the GPU)
+        start = time.perf_counter()
+        result = once()
+        elapsed = time.perf_counter() - start
+    graph = algo.graph(dtypes)
+    outputs = _as_dict(list(graph.outputs), result)
+    reference = evaluate(graph, {**inputs, **scalars})
+    used = list(dtypes.values()) + [dtype_of(o.dtype) for o in outputs.values()]
+    if schedule is not None and schedule.dtypes.compute is not None:
+        used.append(schedule.dtypes.compute)
+    tol = tolerance(used)
+    errors = {name: max_rel_err(outputs[name], reference[name]) for name in graph.outputs}
+    worst = max(errors.values())
+    shape = " ".join(f"{a}={n}" for a, n in sizes.items())
+    print(f"{algo.name} on {device} ({arch}), {shape}, "
+          f"schedule {getattr(schedule, 'source', None) or ('given' if schedule else 'default')}")
+    if not worst <= tol:   # also catches NaN
+        bad = ", ".join(f"{n}={e:.3g}" for n, e in errors.items())
+        print(f"FAIL max_rel_err={worst:.3g} > tolerance {tol:g} ({bad})")
+        return 1
+    print(f"ok max_rel_err={worst:.3g} time_ms={elapsed * 1e3:.3f}")
+    return 0
+
+
+def _as_dict(names: list[str], result) -> dict:
+    import numpy as np
+    if isinstance(result, dict):
+        values = result
+    elif isinstance(result, tuple):
+        values = dict(zip(names, result))
+    else:
+        values = {names[0]: result}
+    return {n: np.asarray(values[n]) for n in names}
+
+
+def cmd_compile(args) -> int:
+    import os
+
+    from plait.lowering import pipeline
+
+    from . import api
+    algo = load_algorithm(args.file)
+    schedule = api.resolve_schedule(algo, args.schedule, args.target)
+    dtypes = _dtypes(algo, args, schedule)
+    sizes = _sizes(algo, args.shape, "gpu")
+    graph = algo.graph(dtypes)
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+        stages = pipeline.dump_stages(graph, schedule, sizes, aligned=True, target=args.target)
+        for i, (stage, text) in enumerate(stages.items()):
+            ext = "ptx" if stage == "ptx" else "txt"
+            path = os.path.join(args.dump, f"{i:02d}_{stage}.{ext}")
+            with open(path, "w") as f:
+                f.write(text)
+            print(path)
+    program = api.compile(algo, dtypes, sizes, schedule=schedule, target=args.target)
+    for k in program.kernels:
+        grid = " ".join(f"{a}/{t}" for a, t in k.grid) or "1"
+        print(f"kernel {k.name}: entry {k.entry}, {k.threads} threads, grid {grid}")
+    return 0
+
+
+def cmd_grad(args) -> int:
+    from plait.autodiff import grad, to_source
+    algo = load_algorithm(args.file)
+    wrt = [w.strip() for w in args.wrt.split(",") if w.strip()] or None
+    print(to_source(grad(algo, wrt=wrt)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except Exception as e:
+        if not isinstance(e, PlaitError):   # a bug, not a user error: keep the traceback
+            traceback.print_exc()
+        message = " | ".join(str(e).splitlines())   # the verdict stays on one line
+        if args.command == "run":
+            sys.stdout.flush()
+            print(f"FAIL {type(e).__name__}: {message}")
+        else:
+            print(f"plait {args.command}: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
