@@ -94,7 +94,8 @@ def _dtypes(p: Problems, d) -> None:
     if isinstance(storage, Mapping):
         for name, value in storage.items():
             if not isinstance(name, str):
-                p.add(f"dtypes.storage.{name}", f"a tensor name must be a string, not {_kind(name)}")
+                p.add(f"dtypes.storage.{name}",
+                      f"a tensor name must be a string, not {_kind(name)}")
             _dtype(p, f"dtypes.storage.{name}", value)
     elif storage is not None:
         _dtype(p, "dtypes.storage", storage, "a dtype name or {tensor: dtype}")

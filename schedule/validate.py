@@ -41,7 +41,8 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
     if schedule.target is not None and not _TARGET.match(schedule.target):
         p.add("target", f"{schedule.target!r} is not a GPU architecture like 'sm_90a' or 'sm_80'")
     specs = [("", schedule.default, schedule.default)]
-    specs += [(f"kernels.{name}.", ks, schedule.default.merged(ks)) for name, ks in schedule.kernels]
+    specs += [(f"kernels.{name}.", ks, schedule.default.merged(ks))
+              for name, ks in schedule.kernels]
     for prefix, own, effective in specs:
         _check_kernel(p, prefix, own, effective)
     _check_dtypes(p, schedule)
