@@ -1,8 +1,9 @@
 """Finding the schedule file for an algorithm on a GPU.
 
-Architectures are tried from the GPU's own down a fallback chain; each is
-looked for first in the user's search paths, then in the shipped
-`plait/schedules/<arch>/<algorithm>.yaml`. None means: use the default heuristic.
+The user's search paths come first, then the shipped
+`plait/schedules/<arch>/<algorithm>.yaml`; within each place the GPU's own
+arch is tried, then the fallback chain below it. None means: use the default
+heuristic.
 
     >>> arch_chain("sm_89")
     ('sm_89', 'sm_86', 'sm_80')
@@ -68,7 +69,11 @@ def candidates(algorithm: str, arch: str, search_paths=()) -> Iterator[tuple[Pat
     if isinstance(search_paths, (str, os.PathLike)):
         search_paths = (search_paths,)
     chain = arch_chain(arch)
-    for place in [Path(p) for p in search_paths] + [shipped_folder()]:
+    places = [Path(p) for p in search_paths]
+    for place in places:
+        if not place.exists():  # a misspelt path would otherwise fall back silently
+            raise ScheduleError(f"{place}: schedule search path does not exist")
+    for place in places + [shipped_folder()]:
         if place.is_file():
             yield place, False
             continue

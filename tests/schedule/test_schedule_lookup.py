@@ -100,6 +100,11 @@ def test_user_file_used_only_for_its_algorithm(shipped, tmp_path):
     assert found(ALGO, "sm_80", search_paths=str(other)) is None
 
 
+def test_missing_search_path_is_an_error(shipped, tmp_path):
+    with pytest.raises(ScheduleError, match="nowhere: schedule search path does not exist"):
+        find_schedule(ALGO, "sm_80", search_paths=[tmp_path / "nowhere"])
+
+
 def test_target_limits_a_file_to_its_chain(shipped, tmp_path):
     hopper = put(tmp_path, "", name="h", target="sm_90a")
     assert found(ALGO, "sm_80", search_paths=[hopper]) is None
