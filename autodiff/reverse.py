@@ -136,6 +136,13 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
     for label, node in saved.items():
         saved_inputs[node.uid] = _input_node(label, node.axes, node.dtype, len(params))
         params.append(Param(label, node.axes, node.dtype))
+        # Rules see the labelled value itself (rsqrt's rule reads rsqrt's output,
+        # not the name wrapped around it): it is the same value, read it too.
+        inner = node
+        while inner.op == "name":
+            inner = inner.inputs[0]
+            if inner.op not in SOURCE_OPS:
+                saved_inputs[inner.uid] = saved_inputs[node.uid]
     for p in params[len(graph.params):] + [Param(grad_name(w), None, None) for w in wrt]:
         if p.name in taken:
             raise PlaitError(f"{graph.name}: the gradient algorithm needs the name {p.name!r}, "

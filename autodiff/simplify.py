@@ -65,8 +65,12 @@ def _exact(src: DType, via: DType) -> bool:
 
 # ---- the rules ---------------------------------------------------------------------
 def drop_names(n: Node):
-    """name(x, label) -> x: the label matters to the forward's schedule, not here."""
-    return n.inputs[0] if n.op == "name" else None
+    """name(x, label) -> x, stop_gradient(x) -> x: identities once differentiated.
+
+    (The label matters to the forward's schedule, the stop to differentiation:
+    simplify a forward graph you still mean to differentiate without this rule.)
+    """
+    return n.inputs[0] if n.op in ("name", "stop_gradient") else None
 
 
 def merge_casts(n: Node):

@@ -32,7 +32,8 @@ _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11)
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),
           "eq": ("==", 5), "ne": ("!=", 5)}
 _CALL = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sin",
-         "cos", "logical_not", "maximum", "minimum", "logical_and", "logical_or", "where"}
+         "cos", "logical_not", "stop_gradient", "maximum", "minimum", "logical_and",
+         "logical_or", "where"}
 _ATOM, _UNARY = 100, 12
 _MAX_INLINE = 72  # longer single-use expressions get a line of their own
 

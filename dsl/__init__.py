@@ -6,7 +6,8 @@ from .graph import AlgorithmGraph
 from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
 from .node import OPS, Node
 from .ops import (abs, cos, erf, exp, exp2, log, log2, logical_and, logical_not, logical_or,
-                  max, maximum, min, minimum, name, rsqrt, sigmoid, sin, sqrt, sum, tanh)
+                  max, maximum, min, minimum, name, rsqrt, sigmoid, sin, sqrt, stop_gradient, sum,
+                  tanh)
 from .reference import bind_sizes, evaluate
 from .tensor import Tensor, TensorSpec, broadcast, cast, size, where
 
@@ -19,6 +20,7 @@ __all__ = [
     "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "promote", "promotion_table", "relu", "round_to", "rsqrt",
-    "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "sum", "tanh", "var", "where",
+    "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
+    "where",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

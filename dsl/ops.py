@@ -127,6 +127,19 @@ def name(x, label: str) -> Tensor:
         raise PlaitError(f"name(x, {label!r}): the name must be an identifier", user_location())
     return new_node("name", (x,), x.axes, x.dtype, name=label)
 
+
+# `stop_gradient` is the identity whose gradient is zero: for values a result
+# does not depend on, such as the max subtracted inside softmax for stability.
+register(OpDef("stop_gradient", "elementwise", lambda n, ctx, a: a, lambda n, g, y, x: (None,)))
+
+
+def stop_gradient(x) -> Tensor:
+    """x itself, but autodiff sends no gradient through it."""
+    if not isinstance(x, Tensor):
+        return x  # a Python number carries no gradient anyway
+    return new_node("stop_gradient", (x,), x.axes, x.dtype)
+
+
 def _cast_eval(n, ctx, a):
     from .dtypes import round_to
     return round_to(a, n.dtype) if ctx.round else (
@@ -191,4 +204,4 @@ def min(x, over=None):  # noqa: A001
 __all__ = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
            "sin", "cos", "maximum", "minimum", "where", "cast", "sum", "max", "min",
            "compare", "new_node", "Tensor", "DType", "broadcast", "logical_and", "logical_or",
-           "logical_not", "name"]
+           "logical_not", "name", "stop_gradient"]
