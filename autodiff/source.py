@@ -145,7 +145,8 @@ def _signature(graph: AlgorithmGraph, declared: dict) -> list[str]:
         if p.is_tensor:
             dt = dtypes.get(p.name, p.dtype or DType.FP32)
             pin = declared.get(p.name) is not None or dt != DType.FP32
-            ann = f'Tensor[{_quote_axes(p.axes + ((str(dt),) if pin else ()))}]'
+            inside = p.axes + ((str(dt),) if pin else ())
+            ann = f'Tensor[{_quote_axes(inside)}]' if inside else "Tensor[()]"
         else:
             ann = "float" if p.dtype is None or p.dtype.is_float else "int"
         if p.default is not None:

@@ -4,9 +4,9 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-python3 -c "import plait.runtime.driver as d; print('gpu', d.gpu_available(), d.device_capability())"
+cd /tmp && python3 -c "import plait.runtime.driver as d; print('gpu', d.gpu_available(), d.device_capability())"; cd - >/dev/null
 if [ -n "$1" ]; then
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -x -p no:cacheprovider tests/gpu -k "$1" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi

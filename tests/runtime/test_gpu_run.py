@@ -1,4 +1,6 @@
 """plait.run on a real GPU: the runtime around a hand-written Program, then the real compiler."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -6,9 +8,12 @@ import plait
 from plait.dsl import PlaitError
 from plait.runtime import api, driver
 from plait.runtime.device_array import DeviceArray
-from rt_algorithms import axpb
+from plait.dsl.dtypes import DType
+from plait.runtime.tolerance import tolerance
+from rt_algorithms import axpb, two_out
 from rt_handwritten import axpb_program
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not driver.gpu_available(), reason="no CUDA GPU")]
 
@@ -91,9 +96,33 @@ def test_cupy_in_cupy_out(hand_compiler):
     np.testing.assert_allclose(cupy.asnumpy(y), x * 2.0 + b, rtol=1e-6)
 
 
-def test_real_compiler_end_to_end(monkeypatch, tmp_path):
-    """The compiler's own PTX for a trivial algorithm, launched through the runtime."""
-    monkeypatch.setenv("PLAIT_CACHE_DIR", str(tmp_path))
-    x, b = _inputs(37, 301)
+# The compiler's own PTX, launched through the runtime. These use the ambient
+# PLAIT_CACHE_DIR, so that programs compiled ahead of time (`plait compile`) are found.
+
+@pytest.mark.parametrize("m,n", [(37, 301), (1000, 3001)])
+def test_real_compiler_elementwise(m, n):
+    x, b = _inputs(m, n)
     y = plait.run(axpb, x, b, a=1.25, device="gpu")
     np.testing.assert_allclose(y, x * 1.25 + b, rtol=1e-5, atol=1e-6)
+
+
+def test_real_compiler_two_outputs():
+    x, _ = _inputs(37, 301)
+    doubled, total = plait.run(two_out, x, device="gpu")
+    np.testing.assert_allclose(doubled, 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(total, x.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_real_compiler_layernorm_torch_bf16():
+    torch = pytest.importorskip("torch")
+    from plait.runtime.loading import load_algorithm
+    layernorm = load_algorithm(str(EXAMPLES / "layernorm.py"))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(1000, 3001, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(3001, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(3001, device="cuda", generator=g).to(torch.bfloat16)
+    y = plait.run(layernorm, x, w, b)
+    ref = torch.nn.functional.layer_norm(x.float(), (3001,), w.float(), b.float(), eps=1e-5)
+    assert y.dtype == torch.bfloat16 and y.is_cuda
+    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    assert err < tolerance([DType.BF16])
