@@ -14,6 +14,8 @@ inputs of their own. No simplification happens here (see `simplify.py`).
 """
 from __future__ import annotations
 
+import bisect
+
 from plait.dsl.algorithm import Param
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
@@ -107,8 +109,8 @@ def _rule(node: Node):
     return vjp
 
 
-def _input_node(name: str, axes, dtype: DType, index: int) -> Node:
-    return Node("input", (), tuple(axes), dtype, make_attrs(name=name, index=index))
+def _input_node(name: str, axes, dtype: DType, index: int, loc=None) -> Node:
+    return Node("input", (), tuple(axes), dtype, make_attrs(name=name, index=index), loc)
 
 
 def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None = None,
@@ -130,11 +132,12 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
     for out, node in graph.outputs.items():
         pname = grad_name(out)
         dtype = cotangent_dtypes.get(pname, node.dtype)
-        seeds[out] = _input_node(pname, node.axes, dtype, len(params))
+        seeds[out] = _input_node(pname, node.axes, dtype, len(params), node.loc)
         params.append(Param(pname, node.axes, dtype))
     saved_inputs: dict[int, Node] = {}
     for label, node in saved.items():
-        saved_inputs[node.uid] = _input_node(label, node.axes, node.dtype, len(params))
+        saved_inputs[node.uid] = _input_node(label, node.axes, node.dtype, len(params),
+                                             node.loc)
         params.append(Param(label, node.axes, node.dtype))
         # Rules see the labelled value itself (rsqrt's rule reads rsqrt's output,
         # not the name wrapped around it): it is the same value, read it too.
@@ -151,6 +154,7 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
 
     needs = _needs_grad(graph, wrt)
     ct: dict[int, Tensor] = {}
+    made_by: list[tuple[int, Node]] = []  # (first uid, forward node): who made which nodes
 
     def accumulate(node: Node, g: Tensor) -> None:
         g = _fit(g, node)
@@ -168,6 +172,7 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
             if node.op in ("input", "param"):
                 grads[node.attr("name")] = g
                 continue
+            made_by.append((_next_uid(), node))
             rule = _rule(node)
             shares = rule(node, g, Tensor(node), *(Tensor(i) for i in node.inputs))
             if len(shares) != len(node.inputs):
@@ -186,15 +191,30 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
                 zero = constant(0.0, inputs[w].dtype if w in inputs else p.dtype or DType.FP32)
                 outputs[grad_name(w)] = broadcast(zero, p.axes or ()).node
 
-    if saved_inputs:
-        outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or _with_inputs(n, new))
+    made_by.append((_next_uid(), None))
+    outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or
+                      _restamp(n, new, made_by))
     return AlgorithmGraph(name or f"{graph.name}.bwd", params, graph.axis_order, outputs)
 
 
-def _with_inputs(node: Node, inputs: tuple[Node, ...]) -> Node:
-    if inputs == node.inputs:
+def _next_uid() -> int:
+    """The uid the next node will get (uids only increase; skipping one is harmless)."""
+    return Node("const", (), (), DType.FP32).uid + 1
+
+
+def _restamp(node: Node, inputs: tuple[Node, ...], made_by) -> Node:
+    """node on new inputs, located at the user's forward line whose rule made it.
+
+    Gradient nodes are traced inside plait, so their own location is wherever
+    grad() was called; the forward line is what an error should quote.
+    """
+    loc = node.loc
+    i = bisect.bisect_right(made_by, node.uid, key=lambda e: e[0]) - 1
+    if 0 <= i < len(made_by) - 1 and made_by[i][1] is not None:
+        loc = made_by[i][1].loc or loc
+    if inputs == node.inputs and loc is node.loc:
         return node
-    return Node(node.op, inputs, node.axes, node.dtype, node.attrs, node.loc)
+    return Node(node.op, inputs, node.axes, node.dtype, node.attrs, loc)
 
 
 def with_saved_outputs(graph: AlgorithmGraph, save, *, name: str | None = None) -> AlgorithmGraph:

@@ -85,3 +85,13 @@ def test_unreached_input_gets_a_zero_gradient(rng):
 def test_check_grads_reports_missing_inputs():
     with pytest.raises(PlaitError, match=r"missing inputs \['w', 'b'\]"):
         check_grads(layernorm, {"x": np.ones((2, 3))})
+
+
+def test_gradient_nodes_point_at_the_forward_lines():
+    """Errors about a gradient kernel should quote the user's forward source."""
+    import ad_cases
+    graph = grad(ad_cases.layernorm).graph()
+    files = {n.loc.file if n.loc else None for n in graph.nodes}
+    assert files == {ad_cases.__file__}
+    lines = {n.loc.line for n in graph.nodes if n.op == "rsqrt"}
+    assert len(lines) == 1 and "rsqrt" in open(ad_cases.__file__).readlines()[lines.pop() - 1]
