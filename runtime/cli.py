@@ -59,9 +59,13 @@ def _dtypes(algo, args, schedule) -> dict:
     """Storage dtype per tensor argument: --dtype, else the schedule's policy, else declared/fp32."""
     from plait.dsl.dtypes import DType, dtype_of
     out = {}
+    try:
+        forced = dtype_of(args.dtype) if args.dtype else None
+    except ValueError as e:
+        raise PlaitError(f"--dtype: {e}") from None
     for p in algo.tensor_params:
-        if args.dtype:
-            out[p.name] = dtype_of(args.dtype)
+        if forced is not None:
+            out[p.name] = forced
         elif schedule is not None and schedule.dtypes.storage_of(p.name) is not None:
             out[p.name] = schedule.dtypes.storage_of(p.name)
         else:

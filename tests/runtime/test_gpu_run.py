@@ -40,9 +40,9 @@ def test_numpy_in_numpy_out(hand_compiler):
     x, b = _inputs()
     y = plait.run(axpb, x, b, device="gpu")
     assert isinstance(y, np.ndarray) and y.dtype == np.float32
-    np.testing.assert_allclose(y, x * 2.0 + b, rtol=1e-6)
+    np.testing.assert_allclose(y, x * 2.0 + b, rtol=1e-6, atol=1e-6)
     y = plait.run(axpb, x, b=b, a=-3.5, device="gpu")
-    np.testing.assert_allclose(y, x * -3.5 + b, rtol=1e-6)
+    np.testing.assert_allclose(y, x * -3.5 + b, rtol=1e-6, atol=1e-6)
     sizes, aligned, target = hand_compiler[-1]
     assert sizes == {"M": 37, "N": 301} and aligned and target.startswith("sm_")
 
@@ -50,14 +50,14 @@ def test_numpy_in_numpy_out(hand_compiler):
 def test_sync_mode_and_auto_device(hand_compiler, monkeypatch):
     monkeypatch.setenv("PLAIT_SYNC", "1")
     x, b = _inputs(3, 5)
-    np.testing.assert_allclose(plait.run(axpb, x, b), x * 2.0 + b, rtol=1e-6)
+    np.testing.assert_allclose(plait.run(axpb, x, b), x * 2.0 + b, rtol=1e-6, atol=1e-6)
 
 
 def test_device_array_in_device_array_out(hand_compiler):
     x, b = _inputs()
     y = plait.run(axpb, DeviceArray.from_numpy(x), DeviceArray.from_numpy(b))
     assert isinstance(y, DeviceArray)
-    np.testing.assert_allclose(y.numpy(), x * 2.0 + b, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), x * 2.0 + b, rtol=1e-6, atol=1e-6)
 
 
 def test_torch_in_torch_out_on_its_stream(hand_compiler):
@@ -69,7 +69,7 @@ def test_torch_in_torch_out_on_its_stream(hand_compiler):
         y = plait.run(axpb, tx, tb, a=0.5)
     stream.synchronize()
     assert isinstance(y, torch.Tensor) and y.is_cuda and y.dtype == torch.float32
-    np.testing.assert_allclose(y.cpu().numpy(), x * 0.5 + b, rtol=1e-6)
+    np.testing.assert_allclose(y.cpu().numpy(), x * 0.5 + b, rtol=1e-6, atol=1e-6)
 
 
 def test_torch_non_contiguous_refused_before_launch(hand_compiler, monkeypatch):
@@ -85,7 +85,7 @@ def test_torch_cpu_tensors_come_back_as_torch(hand_compiler):
     x, b = _inputs(4, 9)
     y = plait.run(axpb, torch.from_numpy(x), torch.from_numpy(b), device="gpu")
     assert isinstance(y, torch.Tensor) and not y.is_cuda
-    np.testing.assert_allclose(y.numpy(), x * 2.0 + b, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), x * 2.0 + b, rtol=1e-6, atol=1e-6)
 
 
 def test_cupy_in_cupy_out(hand_compiler):
@@ -93,7 +93,7 @@ def test_cupy_in_cupy_out(hand_compiler):
     x, b = _inputs(64, 257)
     y = plait.run(axpb, cupy.asarray(x), cupy.asarray(b))
     assert isinstance(y, cupy.ndarray)
-    np.testing.assert_allclose(cupy.asnumpy(y), x * 2.0 + b, rtol=1e-6)
+    np.testing.assert_allclose(cupy.asnumpy(y), x * 2.0 + b, rtol=1e-6, atol=1e-6)
 
 
 # The compiler's own PTX, launched through the runtime. These use the ambient
@@ -109,7 +109,7 @@ def test_real_compiler_elementwise(m, n):
 def test_real_compiler_two_outputs():
     x, _ = _inputs(37, 301)
     doubled, total = plait.run(two_out, x, device="gpu")
-    np.testing.assert_allclose(doubled, 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(doubled, 2 * x, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(total, x.sum(axis=1), rtol=1e-4, atol=1e-4)
 
 
