@@ -23,6 +23,8 @@ from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import OPS, Node, make_attrs
 from plait.dsl.tensor import Tensor, axis_order, broadcast, cast, constant, reduce
 
+from .saving import saved_nodes
+
 SOURCE_OPS = ("input", "param", "const", "size", "iota")
 
 
@@ -35,28 +37,6 @@ def default_wrt(graph: AlgorithmGraph) -> list[str]:
 
 def grad_name(name: str) -> str:
     return f"d{name}"
-
-
-def saved_nodes(graph: AlgorithmGraph, save) -> dict[str, Node]:
-    """The nodes `save` refers to: `name(x, label)` labels, or the forward's output names."""
-    labelled: dict[str, Node] = {}
-    for n in graph.nodes:
-        if n.op == "name":
-            label = n.attr("name")
-            if label in labelled and labelled[label] is not n:
-                raise PlaitError(f"{graph.name}: two intermediates are named {label!r}", n.loc)
-            labelled[label] = n
-    found = {}
-    for label in save:
-        if label in labelled:
-            found[label] = labelled[label]
-        elif label in graph.outputs:
-            found[label] = graph.outputs[label]
-        else:
-            known = sorted(set(labelled) | set(graph.outputs))
-            raise PlaitError(f"{graph.name}: save={label!r} names no intermediate; name one "
-                             f"with name(x, {label!r}) (known: {', '.join(known) or 'none'})")
-    return found
 
 
 def _check_wrt(graph: AlgorithmGraph, wrt) -> list[str]:
@@ -215,17 +195,3 @@ def _restamp(node: Node, inputs: tuple[Node, ...], made_by) -> Node:
     if inputs == node.inputs and loc is node.loc:
         return node
     return Node(node.op, inputs, node.axes, node.dtype, node.attrs, loc)
-
-
-def with_saved_outputs(graph: AlgorithmGraph, save, *, name: str | None = None) -> AlgorithmGraph:
-    """The forward graph that also writes out the saved intermediates (named as saved)."""
-    outputs = dict(graph.outputs)
-    for label, node in saved_nodes(graph, save).items():
-        if label in outputs and outputs[label] is not node:
-            raise PlaitError(f"{graph.name}: saved intermediate {label!r} clashes with an "
-                             "output of that name")
-        if label in {p.name for p in graph.params}:
-            raise PlaitError(f"{graph.name}: saved intermediate {label!r} clashes with an "
-                             "argument of that name")
-        outputs[label] = node
-    return AlgorithmGraph(name or graph.name, graph.params, graph.axis_order, outputs)

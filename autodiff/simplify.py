@@ -240,8 +240,40 @@ def doubling(n: Node):
     return None
 
 
+def common_divisor(n: Node):
+    """a / s + b / s -> (a + b) / s (and for -): one division instead of two."""
+    if n.op not in ("add", "sub") or any(i.op != "div" for i in n.inputs):
+        return None
+    (a, s), (b, t) = (i.inputs for i in n.inputs)
+    if s is not t or any(i.dtype != n.dtype for i in (a, b, s)):
+        return None
+    top = tuple(x for x in n.axes if x in a.axes or x in b.axes)
+    return _node("div", (_node(n.op, (a, b), top, n.dtype, n.loc), s), n.axes, n.dtype, n.loc)
+
+
+def divide_late(n: Node):
+    """(c / s) * e -> c * (e / s) when c spans the result (same cost either way).
+
+    The point is the spelling: `e / s` is often a forward value (softmax's
+    output), which the backward then shares or reads when it is saved.
+    """
+    if n.op != "mul":
+        return None
+    # Only with the quotient on the left: the result has it on the right, so
+    # the rule cannot undo itself.
+    d, e = n.inputs
+    if d.op == "div" and d.inputs[0].axes == n.axes and e.op not in ("const", "div") \
+            and all(i.dtype == n.dtype for i in (*d.inputs, e)):
+        c, s = d.inputs
+        ratio_axes = tuple(x for x in n.axes if x in e.axes or x in s.axes)
+        ratio = _node("div", (e, s), ratio_axes, n.dtype, n.loc)
+        return _node("mul", (c, ratio), n.axes, n.dtype, n.loc)
+    return None
+
+
 RULES = (drop_names, merge_casts, fold_constants, collapse_broadcasts, hoist_broadcasts,
-         reduce_broadcast, factor_reductions, identities, zeros, negations, doubling)
+         reduce_broadcast, factor_reductions, identities, zeros, negations, doubling,
+         common_divisor, divide_late)
 
 
 # ---- the driver --------------------------------------------------------------------

@@ -15,7 +15,8 @@ from plait.dsl.algorithm import Algorithm, Param
 from plait.dsl.errors import PlaitError
 
 from .derived import DerivedAlgorithm
-from .reverse import differentiate, grad_name, saved_nodes, with_saved_outputs
+from .reverse import differentiate, grad_name
+from .saving import read_saved, saved_nodes, with_saved_outputs
 from .simplify import simplify
 
 
@@ -47,7 +48,12 @@ def vjp(algo: Algorithm, wrt=None, save=(), *, simplified: bool = True) -> Algor
         forward = algo.graph(_forward_dtypes(algo, dtypes))
         extra = {k: v for k, v in dtypes.items() if k not in {p.name for p in algo.params}}
         graph = differentiate(forward, wrt, save, cotangent_dtypes=extra)
-        return simplify(graph) if simplified else graph
+        if not simplified:
+            return graph
+        graph = simplify(graph)
+        if save:  # simplifying may have rebuilt a saved value in another spelling
+            graph = simplify(read_saved(graph, simplify(with_saved_outputs(forward, save)), save))
+        return graph
 
     def default_dtypes(given: dict) -> dict:
         # Cotangents and saved values default to the dtype the forward gives them.

@@ -5,7 +5,8 @@ import numpy as np
 
 from plait.dsl import (Tensor, abs, algorithm, cos, erf, exp, exp2, gelu, gelu_tanh, log, log2,
                        log_softmax, logsumexp, max, maximum, mean, min, minimum, name, rsqrt,
-                       sigmoid, silu, sin, softmax, sqrt, sum, tanh, var, where)
+                       sigmoid, silu, sin, softmax, sqrt, stop_gradient, sum, tanh, var,
+                       where)
 
 M, N = 7, 13
 
@@ -34,6 +35,19 @@ def rmsnorm(x: Tensor["M", "N"], w: Tensor["N"], eps: float = 1e-6):
 @algorithm
 def softmax_rows(x: Tensor["M", "N"]):
     return softmax(x, over="N")
+
+
+@algorithm
+def softmax_stable(x: Tensor["M", "N"]):
+    """softmax with the max shift outside differentiation (the result does not depend on it)."""
+    e = exp(x - stop_gradient(max(x, over="N")))
+    return e / sum(e, over="N")
+
+
+@algorithm
+def lse_stable(x: Tensor["M", "N"]):
+    m = stop_gradient(max(x, over="N"))
+    return log(sum(exp(x - m), over="N")) + m
 
 
 @algorithm
@@ -136,6 +150,7 @@ def inputs_for(algo, rng) -> dict:
     return out
 
 
-CASES = [layernorm, layernorm_named, rmsnorm, softmax_rows, swiglu, geglu, geglu_tanh, lse,
-         log_softmax_rows, row_max_min, clipped, division, unaries, positive_unaries,
-         broadcast_bias, column_sum, variance, scalar_loss, two_outputs, unused_input]
+CASES = [layernorm, layernorm_named, rmsnorm, softmax_rows, softmax_stable, lse_stable, swiglu,
+         geglu, geglu_tanh, lse, log_softmax_rows, row_max_min, clipped, division, unaries,
+         positive_unaries, broadcast_bias, column_sum, variance, scalar_loss, two_outputs,
+         unused_input]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ad_cases import inputs_for, layernorm_named, softmax_rows
+from ad_cases import inputs_for, layernorm_named, softmax_rows, softmax_stable
 from plait.autodiff import check_grads, forward_with_saved, grad, vjp
 from plait.dsl import evaluate
 
@@ -64,3 +64,17 @@ def test_saved_dtype_follows_the_forward():
     bwd = vjp(layernorm_named, save=("rstd",))
     g = bwd.graph({"x": "bf16", "w": "bf16", "b": "bf16"})
     assert str(g.inputs["rstd"].dtype) == "bf16" and str(g.inputs["dout"].dtype) == "bf16"
+
+
+def test_softmax_saving_its_output_gets_the_textbook_backward(rng, seed):
+    """dx = (dout - sum(dout * y)) * y: one reduction, no exp, nothing recomputed."""
+    bwd = vjp(softmax_stable, save=("out",))
+    graph = bwd.graph()
+    assert sorted(n.op for n in graph.nodes) == ["input", "input", "mul", "mul", "sub", "sum"]
+    check_grads(softmax_stable, inputs_for(softmax_stable, rng), save=("out",), seed=seed)
+
+
+def test_softmax_recomputing_shares_the_probabilities():
+    graph = grad(softmax_stable).graph()
+    assert _reductions(graph) == 3  # max and sum to recompute y, one for the backward
+    assert [n.op for n in graph.nodes].count("div") == 1  # y = e / s, computed once

@@ -128,3 +128,24 @@ def test_layernorm_dx_golden(request):
     assert text == path.read_text(), (
         "the simplified LayerNorm dx graph changed; if that is intended, rerun with "
         "--update-golden and review the diff of " + str(path))
+
+
+def test_common_divisor_and_late_division():
+    def f(a: Tensor["M", "N"], b: Tensor["M"], e: Tensor["M", "N"], s: Tensor["M"]):
+        return (a / s - b / s) * e + sum(a * (e / s), over="N")
+    g = _simplified(f)
+    divs = [n for n in g.nodes if n.op == "div"]
+    assert len(divs) == 1 and [i.attr("name") for i in divs[0].inputs] == ["e", "s"]
+
+
+def test_stop_gradient_blocks_and_then_disappears(rng):
+    from plait.dsl import stop_gradient
+
+    @algorithm
+    def f(x: Tensor["M"]):
+        return x * stop_gradient(x)
+
+    bwd = grad(f).graph()
+    assert "stop_gradient" not in _ops(bwd)
+    x, d = rng.standard_normal(5), rng.standard_normal(5)
+    np.testing.assert_allclose(evaluate(bwd, {"x": x, "dout": d})["dx"], x * d)  # not 2 x d
