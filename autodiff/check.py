@@ -47,6 +47,15 @@ class Check:
                 f"{self.numeric:.10g}, |difference| = {self.error:.3g}")
 
 
+def _as_input(value):
+    """Float arrays in float64 (they get perturbed); integer arrays and scalars as given."""
+    if isinstance(value, (int, float)):
+        return value
+    array = np.asarray(value)
+    return array.astype(np.float64) if array.dtype.kind == "f" or \
+        array.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else array
+
+
 def _random_like(value, rng) -> np.ndarray:
     return rng.standard_normal(np.shape(value))
 
@@ -62,8 +71,7 @@ def check_grads(algo: Algorithm, inputs: dict, wrt=None, eps: float = 1e-6,
     instead of deriving one.
     """
     rng = np.random.default_rng(seed)
-    inputs = {k: (np.asarray(v, np.float64) if np.ndim(v) or isinstance(v, np.ndarray) else v)
-              for k, v in inputs.items()}
+    inputs = {k: _as_input(v) for k, v in inputs.items()}
     bwd = grad_algo or vjp(algo, wrt, save)
     fwd = algo.graph()
     missing = [p.name for p in algo.params if p.name not in inputs and

@@ -161,6 +161,7 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
             for inp, share in zip(node.inputs, shares):
                 if share is not None and inp.uid in needs:
                     accumulate(inp, share)
+        made_by.append((_next_uid(), None))
         inputs = graph.inputs
         outputs = {}
         for w in wrt:
@@ -171,7 +172,6 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
                 zero = constant(0.0, inputs[w].dtype if w in inputs else p.dtype or DType.FP32)
                 outputs[grad_name(w)] = broadcast(zero, p.axes or ()).node
 
-    made_by.append((_next_uid(), None))
     outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or
                       _restamp(n, new, made_by))
     return AlgorithmGraph(name or f"{graph.name}.bwd", params, graph.axis_order, outputs)

@@ -46,3 +46,22 @@ def test_layernorm_dx_against_the_closed_form(rng):
     xhat, g = (x - mu) * r, dy * w
     expected = r * (g - g.mean(1, keepdims=True) - xhat * (g * xhat).mean(1, keepdims=True))
     np.testing.assert_allclose(out["dx"], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_integer_inputs_ride_along(rng, seed):
+    from plait.dsl import Tensor, algorithm, cast, where
+
+    @algorithm
+    def gather_like(x: Tensor["M", "N"], k: Tensor["M", "int32"]):
+        return where(cast(k, "fp32") > 0.0, x * x, -x) * cast(k, "fp32")
+
+    k = rng.integers(-2, 3, 7).astype(np.int32)
+    checks = check_grads(gather_like, {"x": rng.standard_normal((7, 13)), "k": k}, seed=seed)
+    assert list(checks) == ["x"]
+
+
+def test_bf16_arrays_are_checked_in_float64(rng, seed):
+    import ml_dtypes
+    x = rng.standard_normal((7, 13)).astype(ml_dtypes.bfloat16)
+    w, b = rng.standard_normal(13), rng.standard_normal(13)
+    check_grads(layernorm, {"x": x, "w": w, "b": b}, seed=seed)
