@@ -38,6 +38,7 @@ class Layout:
     grid: tuple[tuple[str, int], ...]    # gridded axes, last varies fastest
     threads: int
     partial_axes: tuple[tuple[str, str], ...] = ()   # derived axis -> the gridded axis
+    occupancy: int | None = None                      # blocks per SM to leave room for
 
     def map_of(self, axis: str) -> AxisMap | None:
         for m in (self.row, self.col):
@@ -57,7 +58,8 @@ class Layout:
                 parts.append(f"{kind} {m.axis}: extent {m.extent} = {m.reps} reps x "
                              f"{m.threads} threads x {m.vector} vector")
         grid = ", ".join(f"{a}:{t}" for a, t in self.grid) or "-"
-        return f"layout threads={self.threads} grid({grid}) " + "; ".join(parts)
+        occ = f" occupancy={self.occupancy}" if self.occupancy else ""
+        return f"layout threads={self.threads}{occ} grid({grid}) " + "; ".join(parts)
 
 
 def _pow2(n: int) -> bool:
@@ -121,4 +123,8 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
         raise PlaitError(f"kernel {name}: warps {ks.warps} disagrees with {threads} threads")
     gridded = tuple((a, grid[a]) for a in axes if a in grid)
     row = maps.get(row_candidates[0]) if row_candidates else None
-    return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()))
+    if ks.occupancy is not None and ks.occupancy * threads > 2048:
+        raise PlaitError(f"kernel {name}: occupancy {ks.occupancy} blocks of {threads} threads "
+                         "exceeds the 2048 threads an SM holds")
+    return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()),
+                  ks.occupancy)

@@ -32,7 +32,20 @@ def _init_llvm() -> None:
 
 
 def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
-    return llvm_to_ptx(emit_llvm_ir(prog, entry, target), target)
+    ptx = llvm_to_ptx(emit_llvm_ir(prog, entry, target), target)
+    return launch_bounds(ptx, entry, prog.layout.threads, prog.layout.occupancy)
+
+
+def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> str:
+    """With an occupancy asked for, tell ptxas the block size and blocks per SM to fit, so
+    it caps registers for them (alone, .maxntid makes ptxas guess an occupancy itself)."""
+    if not occupancy:
+        return ptx
+    head = f".entry {entry}("
+    start = ptx.index(head)
+    body = ptx.index("\n{", start)
+    directives = f"\n.maxntid {threads}, 1, 1\n.minnctapersm {occupancy}"
+    return ptx[:body] + directives + ptx[body:]
 
 
 def llvm_to_ptx(llvm_ir: str, target: str) -> str:
@@ -140,11 +153,26 @@ class _Emitter:
                        b.mul(self.thread_index[axis], L.i32(m.vector)))
         return b.add(self.base(axis), offset)
 
+    def always_in_bounds(self, axis: str, r: int, c: int, v: int) -> bool:
+        """True when no thread's element (r, c, v) can lie past the axis's end: the block
+        covers the whole axis (its extent is known when compiling) or the axis is gridded
+        with one element per block."""
+        if axis in self.partial:
+            return True
+        m = self.lay.map_of(axis)
+        if m is None:
+            return True
+        if m.tile is not None:
+            return False
+        if m is self.lay.row:
+            return r * m.threads + m.threads - 1 < m.extent
+        return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
+
     @functools.cache
     def in_bounds(self, axes: tuple, r: int, c: int, v: int):
         b = self.b
         return _mask_and(b, [b.icmp_unsigned("<", self.index(a, r, c, v), self.size(a))
-                             for a in axes])
+                             for a in axes if not self.always_in_bounds(a, r, c, v)])
 
     @functools.cache
     def owner(self, axes: tuple):

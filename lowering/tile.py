@@ -3,8 +3,8 @@
 Values are tiles over a subset of the kernel's axes (broadcast by name). Each
 value lives in a *register dtype* (fp32, int32, int64 or bool); `round` names
 the narrower dtype the policy rounds it to after computing (bf16 compute, or
-an explicit cast). Loads come first, so every load is in flight before the
-first reduction; stores come last.
+an explicit cast). Each load stands just before its first use; stores come
+last.
 """
 from __future__ import annotations
 
@@ -86,13 +86,15 @@ class _Builder:
 
     def build(self) -> TileProgram:
         nodes = topo_order([v for _, v in self.plan.outputs])
-        for n in nodes:                           # loads first: all in flight early
-            if n.op == "input":
-                self.use_buffer(n.attr("name"))
-                loaded = self.emit("load", (), n.axes, n.dtype, buffer=n.attr("name"))
-                self.value[n.uid] = self._to_register(loaded, n.axes, n.dtype)
+        # A load is placed just before its first use: a row kept in registers across a
+        # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
+        # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
-            if n.op != "input":
+            for inp in n.inputs:
+                self._load_once(inp)
+            if n.op == "input":
+                self._load_once(n)
+            else:
                 self.value[n.uid] = self._lower(n)
         for buf, n in self.plan.outputs:
             self.use_buffer(buf)
@@ -103,6 +105,13 @@ class _Builder:
         return TileProgram(self.plan.name, self.plan.axes, self.plan.schedule.grid,
                            tuple(self.buffers[b] for b in ordered),
                            tuple(sorted(self.scalars.items())), tuple(self.ops))
+
+    def _load_once(self, n: Node) -> None:
+        if n.op != "input" or n.uid in self.value:
+            return
+        self.use_buffer(n.attr("name"))
+        loaded = self.emit("load", (), n.axes, n.dtype, buffer=n.attr("name"))
+        self.value[n.uid] = self._to_register(loaded, n.axes, n.dtype)
 
     def _to_register(self, vid: int, axes, dtype: DType) -> int:
         reg = register_dtype(dtype)

@@ -88,6 +88,8 @@ class KernelSchedule:
       contiguous axis); thread counts are powers of two, 32..1024 in total.
     warps: optional cross-check of the total thread count (threads / 32).
     reduction: how a sum over a grid axis is finished: 'two_stage' or 'atomic'.
+    occupancy: blocks per SM the compiler must leave room for (it caps registers
+      per thread accordingly: ptxas' .minnctapersm); None lets ptxas choose.
     save: names of forward intermediates a gradient kernel reads back instead
       of recomputing (autodiff).
     """
@@ -96,6 +98,7 @@ class KernelSchedule:
     warps: int | None = None
     reduction: str = "two_stage"
     save: tuple[str, ...] = ()
+    occupancy: int | None = None
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -124,6 +127,8 @@ class KernelSchedule:
             out["reduction"] = self.reduction
         if self.save:
             out["save"] = list(self.save)
+        if self.occupancy is not None:
+            out["occupancy"] = self.occupancy
         return out
 
     @staticmethod
@@ -139,6 +144,7 @@ class KernelSchedule:
             warps=None if d.get("warps") is None else int(d["warps"]),
             reduction=d.get("reduction", "two_stage"),
             save=tuple(d.get("save") or ()),
+            occupancy=None if d.get("occupancy") is None else int(d["occupancy"]),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -150,10 +156,11 @@ class KernelSchedule:
             warps=override.warps if override.warps is not None else self.warps,
             reduction=override.reduction if override.reduction != "two_stage" else self.reduction,
             save=override.save or self.save,
+            occupancy=override.occupancy if override.occupancy is not None else self.occupancy,
         )
 
 
-KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save")
+KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

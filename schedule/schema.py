@@ -74,6 +74,8 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
                 _int(p, path, spec, "an integer (threads) or {threads: T, vector: V}")
     if d.get("warps") is not None:
         _int(p, prefix + "warps", d["warps"])
+    if d.get("occupancy") is not None:
+        _int(p, prefix + "occupancy", d["occupancy"])
     if "reduction" in d and not isinstance(d["reduction"], str):
         p.add(prefix + "reduction", f"must be a name like 'two_stage', not {_kind(d['reduction'])}")
     save = d.get("save")

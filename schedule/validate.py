@@ -55,6 +55,8 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
 
 
 def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSchedule) -> None:
+    if own.occupancy is not None and not 1 <= own.occupancy <= 32:
+        p.add(prefix + "occupancy", f"blocks per SM is between 1 and 32, not {own.occupancy}")
     for axis, tile in own.grid:
         if tile < 1:
             p.add(f"{prefix}grid.{axis}", f"a grid tile is at least 1, not {tile}")
