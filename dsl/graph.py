@@ -45,7 +45,9 @@ class AlgorithmGraph:
         return out
 
     def text(self) -> str:
-        return format_graph(self)
+        if not hasattr(self, "_text"):     # graphs are immutable: print once
+            self._text = format_graph(self)
+        return self._text
 
     def __str__(self) -> str:
         return self.text()

@@ -29,11 +29,37 @@ _PROGRAMS_KEPT = 256
 
 # ---------------------------------------------------------------- schedule and device
 
+_resolved: dict[tuple, object] = {}   # (graph, schedule argument, arch) -> validated Schedule
+
+
+def _schedule_key(schedule):
+    if schedule is None or isinstance(schedule, (str, os.PathLike)):
+        return ("path", os.fspath(schedule) if schedule is not None else None)
+    return ("object", id(schedule))
+
+
 def resolve_schedule(algo, schedule, arch: str, graph=None):
     """An explicit Schedule, a dict, a YAML/Python file, a folder to search, or None (lookup).
 
-    None from the lookup means: the compiler's default heuristic.
+    None from the lookup means: the compiler's default heuristic. Lookups and
+    validation are remembered per process (`clear_schedule_cache()` forgets them), so
+    that plait.run costs microseconds, not a directory walk, on every call.
     """
+    key = (id(graph), _schedule_key(schedule), arch, algo.name)
+    hit = _resolved.get(key)
+    if hit is not None and hit[0] is graph and hit[1] is schedule:
+        return hit[2]
+    found = _resolve_schedule(algo, schedule, arch, graph)
+    if not isinstance(schedule, dict):       # a dict may be edited in place between calls
+        _resolved[key] = (graph, schedule, found)
+    return found
+
+
+def clear_schedule_cache() -> None:
+    _resolved.clear()
+
+
+def _resolve_schedule(algo, schedule, arch: str, graph=None):
     from plait.schedule.lookup import find_schedule
     from plait.schedule.model import Schedule
     if schedule is None:

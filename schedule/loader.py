@@ -17,13 +17,25 @@ from .errors import Problems, ScheduleError
 from .model import Schedule
 
 
+_loaded: dict[tuple, Schedule] = {}   # (path, mtime_ns, size) -> Schedule
+
+
 def load_schedule(path: str | os.PathLike) -> Schedule:
-    """The schedule in a `.yaml`/`.yml` file, or the `schedule` a `.py` file defines."""
+    """The schedule in a `.yaml`/`.yml` file, or the `schedule` a `.py` file defines.
+
+    Parsed once per file version (path, modification time, size): plait.run looks
+    schedules up on every call, and YAML parsing would cost milliseconds each time.
+    """
     path = os.fspath(path)
-    if path.endswith(".py"):
-        return _load_python(path)
-    with open(path, encoding="utf-8") as f:
-        return parse_schedule(f.read(), source=path)
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    if key not in _loaded:
+        if path.endswith(".py"):
+            _loaded[key] = _load_python(path)
+        else:
+            with open(path, encoding="utf-8") as f:
+                _loaded[key] = parse_schedule(f.read(), source=path)
+    return _loaded[key]
 
 
 def parse_schedule(text: str, source: str = "<string>") -> Schedule:
