@@ -94,6 +94,8 @@ def fold_constants(n: Node):
     """An elementwise op on scalar constants is a constant (computed in float64)."""
     if OPS[n.op].kind != "elementwise" or not n.inputs or n.axes:
         return None
+    if n.dtype.kind == "int":  # integer semantics (division, overflow) are the GPU's to keep
+        return None
     if any(i.op != "const" for i in n.inputs):
         return None
     args = [np.float64(i.attr("value")) if i.dtype.is_float
@@ -191,7 +193,7 @@ def identities(n: Node):
 def zeros(n: Node):
     """x * 0 -> 0 (x certainly finite); 0 - x -> -x; where(c, 0, 0) -> 0; x * -1 -> -x."""
     if n.op == "mul":
-        for z, x in (n.inputs, reversed(n.inputs)):
+        for z, x in (n.inputs, n.inputs[::-1]):
             if is_value(z, 0) and _finite(x):
                 return const(0.0, n.dtype, n.axes, n.loc)
             if is_value(z, -1) and _same(x, n):
