@@ -89,3 +89,11 @@ def test_gradient_of_a_gradient(rng, seed):
     out = evaluate(second.graph(), {"x": x, "dout": d, "ddx": dd})
     np.testing.assert_allclose(out["dx"], 6 * x * d * dd, rtol=1e-12)
     check_grads(first, {"x": x, "dout": d}, seed=seed)
+
+
+def test_gradient_dtype_is_the_input_dtype_whatever_the_cotangent():
+    bf16 = {"x": "bf16", "w": "bf16", "b": "bf16"}
+    g = grad(layernorm, wrt=["x", "w", "eps"]).graph({**bf16, "dout": "fp32"})
+    assert g.inputs["dout"].dtype == DType.FP32
+    assert {k: n.dtype for k, n in g.outputs.items()} == {
+        "dx": DType.BF16, "dw": DType.BF16, "deps": DType.FP32}  # eps is an fp32 scalar

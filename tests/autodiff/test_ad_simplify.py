@@ -151,3 +151,31 @@ def test_stop_gradient_blocks_and_then_disappears(rng):
     assert "stop_gradient" not in _ops(bwd)
     x, d = rng.standard_normal(5), rng.standard_normal(5)
     np.testing.assert_allclose(evaluate(bwd, {"x": x, "dout": d})["dx"], x * d)  # not 2 x d
+
+
+def _sign_cases():
+    def sub_neg(x: Tensor["M"], y: Tensor["M"]):
+        return x - (-y)
+    def add_neg(x: Tensor["M"], y: Tensor["M"]):
+        return x + (-y)
+    def neg_add(x: Tensor["M"], y: Tensor["M"]):
+        return (-x) + y
+    def neg_mul(x: Tensor["M"], y: Tensor["M"]):
+        return x + (-x) * y
+    def neg_div(x: Tensor["M"], y: Tensor["M"]):
+        return x + x / (-y)
+    def neg_neg(x: Tensor["M"], y: Tensor["M"]):
+        return (-x) * (-y) + (-(-x))
+    def double(x: Tensor["M"], y: Tensor["M"]):
+        return (y + x) + x
+    return [sub_neg, add_neg, neg_add, neg_mul, neg_div, neg_neg, double]
+
+
+@pytest.mark.parametrize("fn", _sign_cases(), ids=lambda f: f.__name__)
+def test_sign_and_doubling_rules_keep_the_meaning(fn, rng):
+    graph = algorithm(fn).graph()
+    simple = simplify(graph)
+    assert "neg" not in _ops(simple)  # every sign was absorbed
+    inputs = {"x": rng.standard_normal(5), "y": rng.standard_normal(5)}
+    np.testing.assert_allclose(evaluate(simple, inputs)["out"], evaluate(graph, inputs)["out"],
+                               rtol=1e-14)
