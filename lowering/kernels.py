@@ -136,13 +136,16 @@ class _Planner:
                  if not any(m.uid in cross_ids for m in topo_order(list(n.inputs)))]
         partial_outputs: dict[str, Node] = {}
         replacement: dict[int, Node] = {}
-        tiles = dict(ks.grid)
+        tiles = effective_grid(axes, ks)
+        part_axes: dict[str, str] = {}     # reductions over one axis share one row of blocks
         for i, r in enumerate(first):
             axis = r.attr("axis")
-            part_axis = f"{axis}_blocks{len(self.derived)}"
-            self.derived.append((part_axis, axis, tiles[axis]))
-            self.sizes[part_axis] = -(-self.sizes[axis] // tiles[axis])
-            self.axis_order = (part_axis,) + self.axis_order
+            if axis not in part_axes:
+                part_axes[axis] = f"{axis}_blocks{len(self.derived)}"
+                self.derived.append((part_axes[axis], axis, tiles[axis]))
+                self.sizes[part_axes[axis]] = -(-self.sizes[axis] // tiles[axis])
+                self.axis_order = (part_axes[axis],) + self.axis_order
+            part_axis = part_axes[axis]
             acc = DType.FP32 if r.op == "sum" else r.dtype
             buf = f"{name}.partial{i}"
             partial_outputs[buf] = Node(r.op, r.inputs, (part_axis,) + r.axes, acc,

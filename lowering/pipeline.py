@@ -41,9 +41,10 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     for axis, src, tile in kg.derived:
         full[axis] = -(-full[src] // tile)
     tiles = build_tile_programs(kg, policy)
-    partial_axes = {a: src for a, src, _ in kg.derived}
     threads = []
     for plan, tile in zip(kg.kernels, tiles):
+        # A derived axis the kernel does not iterate over is one it writes partials along.
+        partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
         layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes)
         threads.append(build_thread_program(tile, layout, full, aligned))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
