@@ -64,6 +64,7 @@ UNARY = {
     "sin": lambda x: np.sin(reduce_angle(x)),
     "cos": lambda x: np.cos(reduce_angle(x)),
     "logical_not": np.logical_not,
+    "recip": lambda x: F32(1) / x,
 }
 
 BINARY = {

@@ -145,6 +145,12 @@ class _Builder:
             return self.emit("round", args, n.axes, reg, round=self._round_for(n))
         if n.op not in OPS or OPS[n.op].kind != "elementwise":
             raise PlaitError(f"lowering has no rule for op {n.op!r}", n.loc)
+        divisor = n.inputs[1] if n.op == "div" else None
+        if divisor is not None and reg == DType.FP32 and set(divisor.axes) < set(n.axes):
+            # x / s with s constant along an axis of x (softmax's row sum, a mean's count):
+            # one IEEE reciprocal per s, then a multiply per element (<= 1 ulp more).
+            inverse = self.emit("recip", args[1:], divisor.axes, reg)
+            return self.emit("mul", (args[0], inverse), n.axes, reg, round=self._round_for(n))
         return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
 
 
