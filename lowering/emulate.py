@@ -45,6 +45,7 @@ class _Machine:
         self.layout = prog.layout
         self.nblocks, self.block_index = _blocks(prog, sizes)
         self.partial = dict(self.layout.partial_axes)
+        self.loop_index = 0
 
     def index(self, axis: str) -> np.ndarray:
         lay = self.layout
@@ -52,6 +53,8 @@ class _Machine:
             return self.block_index[self.partial[axis]]
         tile = dict(lay.grid).get(axis)
         base = self.block_index[axis] * tile if tile is not None else 0
+        if lay.loop is not None and axis == lay.loop.axis:
+            return base + self.loop_index
         if lay.row is not None and axis == lay.row.axis:
             m = lay.row
             return base + np.arange(m.reps).reshape(_shape(m.reps, _RR)) * m.threads + \
@@ -83,8 +86,30 @@ def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[
     """Execute `prog`, reading and writing the numpy buffers in `arrays` (by buffer name)."""
     m = _Machine(prog, sizes)
     vals: dict[int, np.ndarray] = {}
+    region = {op.id: op.attr("region", "pre") for op in prog.ops}
     for op in prog.ops:
-        vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+        if region[op.id] == "pre":
+            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+    if prog.layout.loop is not None:
+        body = [op for op in prog.ops if region[op.id] == "loop"]
+        for i in range(prog.layout.loop.tile):
+            m.loop_index = i
+            for op in body:
+                args = [vals[a] for a in op.args]
+                if op.op == "loop_acc":
+                    vals[op.id] = _accumulate(m, op, vals.get(op.id), args[0])
+                else:
+                    vals[op.id] = _step(m, op, args, arrays, scalars)
+    for op in prog.ops:
+        if region[op.id] == "post":
+            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+
+
+def _accumulate(m: _Machine, op, acc, value):
+    """One loop step of a reduction over the walked axis (rows past the end: identity)."""
+    identity = np.float32(REDUCE_IDENTITY[op.attr("op")])
+    value = np.where(m.in_bounds((op.attr("axis"),)), value, identity).astype(np.float32)
+    return value if acc is None else mathfns.REDUCE[op.attr("op")](acc, value)
 
 
 def _rounded(value, op):

@@ -1,8 +1,8 @@
 """Stage 2: the kernel graph — the algorithm cut into kernels as the schedule says.
 
-Outputs over the same axes form one kernel (they share a loop nest). A kernel
+Outputs whose computations iterate over the same axes form one kernel. A kernel
 iterates over the union of the axes its nodes touch; the schedule spreads some
-of them over the grid. A reduction over a gridded axis cannot finish inside
+of them over the grid (and a block may walk the rows of its tile in a loop). A reduction over a gridded axis cannot finish inside
 one block, so it is split: a *partial* kernel (the user-visible name, scheduled
 by the user) reduces each block's tile and writes one row per block into a
 temporary over a derived axis, and a *finish* kernel (`<name>.finish`) reduces
@@ -90,9 +90,12 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
             node = graph.inputs.get(p.name)
             if node is not None:
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
+    # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
+    # computes dx row by row and accumulates dw, db over the rows a block walks.
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, node in graph.outputs.items():
-        groups.setdefault(node.axes, []).append(name)
+        axes = iteration_axes(topo_order([node]), graph.axis_order)
+        groups.setdefault(axes, []).append(name)
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
     planner = _Planner(graph, schedule, policy, sizes)
     for group in groups.values():
@@ -154,8 +157,13 @@ class _Planner:
             loaded = Node("input", (), (part_axis,) + r.axes, acc, make_attrs(name=buf), r.loc)
             replacement[r.uid] = Node(r.op, (loaded,), r.axes, r.dtype,
                                       make_attrs(axis=part_axis), r.loc)
-        self.kernels.append(KernelPlan(name, tuple(partial_outputs.items()), axes, ks))
-        rewritten = rebuild(outputs, lambda n, ins: replacement.get(n.uid) or (
+        # Outputs that need no cross-block result are written by the first kernel itself.
+        direct = {k: v for k, v in outputs.items()
+                  if not any(m.uid in cross_ids for m in topo_order([v]))}
+        self.kernels.append(KernelPlan(name, tuple(direct.items()) +
+                                       tuple(partial_outputs.items()), axes, ks))
+        rest = {k: v for k, v in outputs.items() if k not in direct}
+        rewritten = rebuild(rest, lambda n, ins: replacement.get(n.uid) or (
             n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
         finish_name = f"{name}.finish"
         finish_ks = None
@@ -165,21 +173,19 @@ class _Planner:
         self.plan(finish_name, rewritten, False, finish_ks or self._finish_schedule(rewritten))
 
     def _finish_schedule(self, outputs: dict[str, Node]) -> KernelSchedule:
-        """Rows of partials are few: a block reads all of them for a strip of columns."""
+        """Rows of partials are few (hundreds): 64 threads down the rows, each holding at
+        most 64 of them, and 4 x 4 columns per block; more rows than that are walked."""
         nodes = topo_order(list(outputs.values()))
         axes = iteration_axes(nodes, self.axis_order)
         derived = {a for a, _, _ in self.derived}
         part = [a for a in axes if a in derived]
         inner = axes[-1]
-        block = []
-        grid = []
-        if part and part[0] != inner:
-            block.append((part[0], AxisBlock(8, 1)))
-            block.append((inner, AxisBlock(32, 4)))
-            grid.append((inner, 128))
-        else:
-            block.append((inner, AxisBlock(256, 1)))
-        for a in axes:
-            if a not in dict(block):
-                grid.append((a, 1))
-        return KernelSchedule(grid=tuple(grid), block=tuple(block))
+        grid = [(a, 1) for a in axes if a != inner and a not in part]
+        if not part or part[0] == inner:
+            return KernelSchedule(grid=tuple(grid), block=((inner, AxisBlock(256, 1)),))
+        rows = self.sizes[part[0]]
+        if rows <= 64 * 64:
+            block = ((part[0], AxisBlock(64, 1)), (inner, AxisBlock(4, 4)))
+            return KernelSchedule(grid=tuple(grid) + ((inner, 16),), block=block)
+        return KernelSchedule(grid=tuple(grid) + ((part[0], rows), (inner, 128)),
+                              block=((inner, AxisBlock(32, 4)),))

@@ -1,8 +1,9 @@
 """How a kernel's tile is spread over the threads of a block.
 
-A block covers at most two axes with more than one element: the *column* axis
-(the kernel's innermost, contiguous one) and one *row* axis. Every other axis
-is gridded with tile 1. Thread t is (row thread tr, column thread tc) with
+A block spreads threads over at most two axes: the *column* axis (the
+kernel's innermost, contiguous one) and one *row* axis. It may also *loop*
+over one gridded axis whose tile has no threads (index by index, accumulating
+reductions over it in registers). Every other axis is gridded with tile 1. Thread t is (row thread tr, column thread tc) with
 t = tr * Tc + tc, so column threads are adjacent lanes of a warp. Each thread
 holds a fragment of shape (Rr, Rc, V):
 
@@ -39,6 +40,7 @@ class Layout:
     threads: int
     partial_axes: tuple[tuple[str, str], ...] = ()   # derived axis -> the gridded axis
     occupancy: int | None = None                      # blocks per SM to leave room for
+    loop: AxisMap | None = None                       # the axis a block walks index by index
 
     def map_of(self, axis: str) -> AxisMap | None:
         for m in (self.row, self.col):
@@ -59,6 +61,8 @@ class Layout:
                              f"{m.threads} threads x {m.vector} vector")
         grid = ", ".join(f"{a}:{t}" for a, t in self.grid) or "-"
         occ = f" occupancy={self.occupancy}" if self.occupancy else ""
+        if self.loop is not None:
+            parts.append(f"loop {self.loop.axis}: {self.loop.tile} per block")
         return f"layout threads={self.threads}{occ} grid({grid}) " + "; ".join(parts)
 
 
@@ -87,7 +91,14 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
     grid = effective_grid(axes, ks)
     block = {a: b for a, b in ks.block if a in axes}
     col_axis = axes[-1] if axes else None
-    row_candidates = [a for a in axes[:-1] if a in block or grid[a] != 1]
+    # A gridded axis with a tile but no threads is walked by the block, one index at a time.
+    loops = [a for a in axes[:-1] if a not in block and grid[a] > 1]
+    if len(loops) > 1:
+        raise PlaitError(f"kernel {name}: a block walks at most one axis in a loop, but "
+                         f"{', '.join(loops)} have grid tiles > 1 and no threads")
+    loop = AxisMap(loops[0], grid[loops[0]], grid[loops[0]], 1, 1, grid[loops[0]], 0) \
+        if loops else None
+    row_candidates = [a for a in axes[:-1] if a in block and a not in loops]
     if len(row_candidates) > 1:
         raise PlaitError(
             f"kernel {name}: a block may cover more than one element of at most two axes, "
@@ -127,4 +138,4 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
         raise PlaitError(f"kernel {name}: occupancy {ks.occupancy} blocks of {threads} threads "
                          "exceeds the 2048 threads an SM holds")
     return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()),
-                  ks.occupancy)
+                  ks.occupancy, loop)

@@ -104,10 +104,62 @@ class _Emitter:
             self.smem.align = 16
         self._setup_indices()
         self.values: dict[int, np.ndarray] = {}
-        self.smem_used = False
+        self.loop_index = None
+        region = {op.id: op.attr("region", "pre") for op in prog.ops}
         for op in prog.ops:
-            self.values[op.id] = self._op(op)
+            if region[op.id] == "pre":
+                self.values[op.id] = self._op(op)
+        if self.lay.loop is not None:
+            self._emit_loop([op for op in prog.ops if region[op.id] == "loop"], fn)
+        for op in prog.ops:
+            if region[op.id] == "post":
+                self.values[op.id] = self._op(op)
         self.b.ret_void()
+
+    def _emit_loop(self, body, fn) -> None:
+        """One basic block walked `tile` times; accumulators are phis carried around it."""
+        b = self.b
+        entry = b.block
+        header = fn.append_basic_block("loop")
+        exit_block = fn.append_basic_block("after_loop")
+        b.branch(header)
+        b.position_at_end(header)
+        counter = b.phi(L.I32, name="row")
+        counter.add_incoming(L.i32(0), entry)
+        self.loop_index = counter
+        phis = {}
+        for op in body:
+            if op.op == "loop_acc":
+                identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
+                frag = np.empty(self.frag_shape(op.axes), dtype=object)
+                for idx in np.ndindex(frag.shape):
+                    frag[idx] = b.phi(L.F32)
+                    frag[idx].add_incoming(identity, entry)
+                phis[op.id] = frag
+        for op in body:
+            if op.op == "loop_acc":
+                self.values[op.id] = self._loop_acc(op, phis[op.id],
+                                                    self.values[op.args[0]])
+            else:
+                self.values[op.id] = self._op(op)
+        latch = b.block
+        for op_id, frag in phis.items():
+            for idx in np.ndindex(frag.shape):
+                frag[idx].add_incoming(self.values[op_id][idx], latch)
+        following = b.add(counter, L.i32(1))
+        counter.add_incoming(following, latch)
+        b.cbranch(b.icmp_unsigned("<", following, L.i32(self.lay.loop.tile)), header,
+                  exit_block)
+        b.position_at_end(exit_block)
+
+    def _loop_acc(self, op, acc, value):
+        axis, kind = op.attr("axis"), op.attr("op")
+        identity = L.f32(REDUCE_IDENTITY[kind])
+        valid = self.in_bounds((axis,), 0, 0, 0)
+        value = np.broadcast_to(value, acc.shape)
+        return _map(acc.shape, lambda a, v: self._combine(kind, a, self.b.select(valid, v,
+                                                                                 identity)),
+                    acc, value)
 
     # ---- indices ---------------------------------------------------------
     def sreg(self, name: str):
@@ -144,6 +196,8 @@ class _Emitter:
         b = self.b
         if axis in self.partial:
             return self.block_index[self.partial[axis]]
+        if self.lay.loop is not None and axis == self.lay.loop.axis:
+            return b.add(self.base(axis), self.loop_index)
         m = self.lay.map_of(axis)
         if m is None:
             return self.base(axis)
@@ -159,6 +213,8 @@ class _Emitter:
         with one element per block."""
         if axis in self.partial:
             return True
+        if self.lay.loop is not None and axis == self.lay.loop.axis:
+            return False
         m = self.lay.map_of(axis)
         if m is None:
             return True

@@ -8,6 +8,10 @@ reductions become three explicit steps:
     reduce_shfl   butterfly exchange over the axis's thread-index bits inside a warp
     reduce_smem   the remaining bits (other warps) through shared memory
 
+A reduction over the axis the block walks in a loop is one `loop_acc`: an
+accumulator carried through the loop, read after it. With a loop, every op
+carries `region`: 'pre' (once, before), 'loop' (per index) or 'post'.
+
 Loads and stores carry `vector` (elements per memory instruction, 1 when the
 buffer is not contiguous along the column axis or alignment is not known).
 `plait.lowering.emulate` executes this program and `llvm_backend` compiles it.
@@ -15,6 +19,8 @@ buffer is not contiguous along the column axis or alignment is not known).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from plait.dsl.errors import PlaitError
 
 from .artifact import Buffer
 from .layout import Layout
@@ -98,8 +104,36 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
                 smem = max(smem, layout.threads * r * c * v)
         else:
             remap[op.id] = emit(op, args)
+    if layout.loop is not None:
+        ops = _place_in_loop(ops, layout.loop.axis, buffers, tile.name)
     return ThreadProgram(tile.name, tile.axes, layout, tile.buffers, tile.scalars,
                          tuple(ops), smem)
+
+
+_ORDER = {"pre": 0, "loop": 1, "post": 2}
+
+
+def _place_in_loop(ops: list[TileOp], axis: str, buffers, name: str) -> list[TileOp]:
+    """Split the program around the loop over `axis`: what does not vary with it runs
+    once before (`pre`), per-index work runs in the loop, and what reads the loop's
+    accumulators runs after (`post`). Op ids are renumbered in the new order."""
+    place: dict[int, str] = {}
+    ready: dict[int, str] = {}
+    for op in ops:
+        after = max((ready[a] for a in op.args), key=_ORDER.get, default="pre")
+        touches = axis in op.axes or (op.op in ("load", "store")
+                                      and axis in buffers[op.attr("buffer")].axes)
+        where = "loop" if touches or op.op == "loop_acc" else after
+        if where == "loop" and after == "post":
+            raise PlaitError(f"kernel {name}: a value computed after the loop over {axis} is "
+                             f"needed inside it; schedule {axis} with threads or tile 1")
+        place[op.id] = where
+        ready[op.id] = "post" if op.op == "loop_acc" else where
+    ordered = sorted(ops, key=lambda o: (_ORDER[place[o.id]], o.id))
+    new_id = {o.id: i for i, o in enumerate(ordered)}
+    return [TileOp(new_id[o.id], o.op, tuple(new_id[a] for a in o.args), o.axes, o.dtype,
+                   tuple(sorted(dict(o.attrs, region=place[o.id]).items())))
+            for o in ordered]
 
 
 def _expand_reduce(op: TileOp, args, layout: Layout, ops: list[TileOp]) -> int:
@@ -114,6 +148,10 @@ def _expand_reduce(op: TileOp, args, layout: Layout, ops: list[TileOp]) -> int:
                           tuple(sorted((k, v) for k, v in base.items() if v is not None))))
         return len(ops) - 1
 
+    if layout.loop is not None and axis == layout.loop.axis:
+        value = emit("loop_acc", args[0])
+        ops.append(TileOp(len(ops), "reduce_done", (value,), op.axes, op.dtype, op.attrs))
+        return len(ops) - 1
     value = emit("reduce_local", args[0])
     bits = _thread_bits(layout, axis)
     warp_bits = tuple(b for b in bits if b < 5)

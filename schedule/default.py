@@ -14,6 +14,8 @@ MIN_THREADS, MAX_THREADS = 32, 1024
 PASSES_PER_THREAD = 4      # a row reduction: each thread takes 4 vectors of the row
 ELEMENTWISE_UNROLL = 2     # an elementwise block covers 2 vectors per thread
 COLUMN_ROWS, COLUMN_ROW_THREADS, COLUMN_THREADS = 64, 4, 64
+LOOP_ROWS = 64             # rows a block walks when sizes are unknown
+LOOP_BLOCKS = 528          # else enough blocks for one wave: 132 SMs x 4 blocks (an H100/H200)
 
 
 def vector_width(itemsize: int) -> int:
@@ -42,6 +44,9 @@ def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], i
       e.g. dw = sum over M of dy*xhat): a block takes 64 rows of R and a strip of
       64*vector columns, with 4 x 64 threads; the partial sums over R's tiles
       are finished in a second kernel.
+    - row statistics and a sum over rows together (a normalization's backward):
+      the row-reduction block, walking ceil(R / 528) rows of R in a loop (64
+      when R is unknown), so the sums over R accumulate in registers.
     - elementwise (nothing reduced on the innermost axis): 256 threads along
       it, 2 vectors each, so grid tile = 256*vector*2; tile 1 elsewhere.
 
@@ -63,6 +68,16 @@ def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], i
         grid.append((inner, COLUMN_THREADS * vector))
         block = ((row, AxisBlock(COLUMN_ROW_THREADS)), (inner, AxisBlock(COLUMN_THREADS, vector)))
         return KernelSchedule(grid=tuple(grid), block=block)
+    if rows and inner in reduced:
+        # Row statistics and a sum over rows (a normalization's backward): each block
+        # walks LOOP_ROWS rows one at a time, accumulating the column sums in registers.
+        row = rows[-1]
+        count = LOOP_ROWS
+        if sizes and row in sizes:
+            count = max(1, -(-sizes[row] // LOOP_BLOCKS))
+        base = default_kernel_schedule(axes, {inner}, itemsize, sizes)
+        return KernelSchedule(grid=tuple((a, count if a == row else t) for a, t in base.grid),
+                              block=base.block)
     if inner in reduced:
         threads = DEFAULT_THREADS
         if sizes and inner in sizes:
