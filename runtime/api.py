@@ -25,6 +25,10 @@ DEFAULT_TARGET = "sm_90a"     # what the CPU path and AOT compiles assume withou
 DEVICES = ("auto", "cpu", "gpu")
 _programs: dict[tuple, object] = {}   # (graph, schedule, sizes, aligned, target) -> Program
 _PROGRAMS_KEPT = 256
+# Per-call fast paths keyed by object identity (the objects are kept alive in the value,
+# so an id is never reused while its entry stands).
+_by_identity: dict[tuple, tuple] = {}
+_handles: dict[int, tuple] = {}
 
 
 # ---------------------------------------------------------------- schedule and device
@@ -132,9 +136,14 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     """The compiled Program: from this process's memo, the disk cache, or the compiler."""
     import plait
     from plait.lowering import pipeline
+    fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target)
+    hit = _by_identity.get(fast)
+    if hit is not None and hit[0] is graph and hit[1] is schedule:
+        return hit[2]
     sched_dict = schedule.to_dict() if schedule is not None else None
     memo = (graph.text(), repr(sched_dict), tuple(sorted(sizes.items())), aligned, target)
     if memo in _programs:
+        _by_identity[fast] = (graph, schedule, _programs[memo])
         return _programs[memo]
     key_parts = {
         "graph": graph.text(),
@@ -149,7 +158,20 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     if len(_programs) >= _PROGRAMS_KEPT:
         _programs.pop(next(iter(_programs)))
     _programs[memo] = program
+    if len(_by_identity) >= _PROGRAMS_KEPT:
+        _by_identity.clear()
+    _by_identity[fast] = (graph, schedule, program)
     return program
+
+
+def _function(kernel):
+    """The loaded CUfunction of a compiled kernel, found without rehashing its PTX."""
+    from . import driver
+    hit = _handles.get(id(kernel))
+    if hit is None or hit[0] is not kernel:
+        hit = (kernel, driver.get_function(kernel.ptx, kernel.entry, kernel.name))
+        _handles[id(kernel)] = hit
+    return hit[1]
 
 
 def compile(algo, dtypes: dict | None = None, sizes: dict[str, int] | None = None,
@@ -232,7 +254,7 @@ def _run_gpu(graph, sched, sizes, infos, scalars, target, like) -> dict:
     check_each = bool(os.environ.get("PLAIT_SYNC"))   # debugging: find the kernel that faults
     try:
         for kernel in program.kernels:
-            func = driver.get_function(kernel.ptx, kernel.entry, kernel.name)
+            func = _function(kernel)
             args = binding.kernel_arguments(kernel, pointers, full, scalars)
             driver.launch(func, kernel.blocks(full), kernel.threads, args, stream=stream,
                           kernel=kernel.name)
