@@ -20,7 +20,15 @@ import plait  # noqa: E402
 from plait.schedule import Schedule  # noqa: E402
 
 
+def shipped_with_and_without_hints(name):
+    from plait.schedule.lookup import find_schedule
+    base = find_schedule(name, "sm_90").to_dict()
+    for hints in (True, False):
+        yield f"shipped hints={hints}", Schedule.from_dict({**base, "cache_hints": hints})
+
+
 def row_variants(name):
+    yield from shipped_with_and_without_hints(name)
     for threads in (128, 256):
         for occ in (None, 3, 4, 5):
             if occ is not None and occ * threads > 2048:
@@ -36,6 +44,7 @@ def row_variants(name):
 
 
 def elementwise_variants(name):
+    yield from shipped_with_and_without_hints(name)
     for tile, threads in ((512, 64), (1024, 128), (2048, 128), (2048, 256), (4096, 256)):
         for occ in (None,):
             yield f"tile={tile} threads={threads}", Schedule.from_dict(

@@ -21,7 +21,7 @@ from . import ops_llvm as L
 from .thread import REDUCE_IDENTITY, ThreadProgram
 from .tile import register_dtype
 
-PTX_FEATURES = {"sm_80": "+ptx70", "sm_86": "+ptx71", "sm_89": "+ptx78", "sm_90": "+ptx78",
+PTX_FEATURES = {"sm_80": "+ptx74", "sm_86": "+ptx74", "sm_89": "+ptx78", "sm_90": "+ptx78",
                 "sm_90a": "+ptx80"}
 
 
@@ -105,6 +105,7 @@ class _Emitter:
         self._setup_indices()
         self.values: dict[int, np.ndarray] = {}
         self.loop_index = None
+        self.policies: dict[bool, ir.Value] = {}
         region = {op.id: op.attr("region", "pre") for op in prog.ops}
         for op in prog.ops:
             if region[op.id] == "pre":
@@ -315,12 +316,27 @@ class _Emitter:
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):
                 mask = self.in_bounds(buf.axes, r, c, v0)
-                words = _asm_load(self.b, self.address(buf, r, c, v0), mask, vec, buf.dtype)
+                words = _asm_load(self.b, self.address(buf, r, c, v0), mask, vec, buf.dtype,
+                                  self._cache_hint(buf))
                 for k, bits in enumerate(words):
                     # Narrow floats stay bits until the tile program's `convert`.
                     out[r, c, v0 + k] = bits if buf.dtype != register_dtype(buf.dtype) \
                         else L.decode(self.b, bits, buf.dtype)
         return out
+
+    def _cache_hint(self, buf):
+        """Data each block reads alone streams through (evict first); data every block
+        rereads, such as a weight row, is kept (evict last)."""
+        if not self.lay.cache_hints:
+            return None
+        walked = {a for a, _ in self.lay.grid}
+        reused = any(a not in buf.axes for a in walked)
+        if reused not in self.policies:
+            level = "evict_last" if reused else "evict_first"
+            self.policies[reused] = self.b.asm(
+                ir.FunctionType(L.I64, []),
+                f"createpolicy.fractional.L2::{level}.b64 $0, 1.0;", "=l", [], False)
+        return (".L1::evict_last" if reused else ".L1::no_allocate"), self.policies[reused]
 
     def _store(self, op, value: np.ndarray) -> None:
         buf = self._buffer(op.attr("buffer"))
@@ -427,7 +443,7 @@ def _pieces(vec: int, dtype: DType):
     return total, 1, vec
 
 
-def _asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType) -> list:
+def _asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
     elem_bits = L.STORAGE_BITS[dtype].width
     if elem_bits == 64:
         regs, count, per = 64, vec, 1
@@ -438,13 +454,18 @@ def _asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType) -> list:
     width = "b64" if regs == 64 else "b32" if regs == 32 else "b16" if regs == 16 else "u8"
     outs = ", ".join(f"${i}" for i in range(count))
     zero = " ".join(f"mov.b{max(regs, 16)} ${i}, 0;" for i in range(count))
+    qualifiers, policy_operand, args = "", "", [addr, b.zext(mask, L.I32)]
+    if hint is not None:
+        qualifiers = hint[0] + ".L2::cache_hint"
+        policy_operand = f", ${count + 2}"
+        args.append(hint[1])
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${count + 1}, 0; {zero} "
-            f"@p ld.global.nc{suffix}.{width} {_group(outs, count)}, [${count}]; }}")
+            f"@p ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
+            f"[${count}]{policy_operand}; }}")
     code = "l" if regs == 64 else "r" if regs == 32 else "h"
-    constraints = ",".join([f"={code}"] * count + ["l", "r"])
+    constraints = ",".join([f"={code}"] * count + ["l", "r"] + (["l"] if hint else []))
     ret = ir.LiteralStructType([reg_ty] * count) if count > 1 else reg_ty
-    flag = b.zext(mask, L.I32)
-    result = b.asm(ir.FunctionType(ret, [L.I64, L.I32]), text, constraints, [addr, flag], True)
+    result = b.asm(ir.FunctionType(ret, [a.type for a in args]), text, constraints, args, True)
     words = [b.extract_value(result, i) for i in range(count)] if count > 1 else [result]
     elems = []
     ety = L.STORAGE_BITS[dtype]

@@ -90,6 +90,8 @@ class KernelSchedule:
     reduction: how a sum over a grid axis is finished: 'two_stage' or 'atomic'.
     occupancy: blocks per SM the compiler must leave room for (it caps registers
       per thread accordingly: ptxas' .minnctapersm); None lets ptxas choose.
+    cache_hints: loads of data read once ask the caches to evict it first, and loads of
+      data every block rereads (a weight row) to keep it (PTX eviction priorities).
     save: names of forward intermediates a gradient kernel reads back instead
       of recomputing (autodiff).
     """
@@ -99,6 +101,7 @@ class KernelSchedule:
     reduction: str = "two_stage"
     save: tuple[str, ...] = ()
     occupancy: int | None = None
+    cache_hints: bool = True
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -129,6 +132,8 @@ class KernelSchedule:
             out["save"] = list(self.save)
         if self.occupancy is not None:
             out["occupancy"] = self.occupancy
+        if not self.cache_hints:
+            out["cache_hints"] = False
         return out
 
     @staticmethod
@@ -145,6 +150,7 @@ class KernelSchedule:
             reduction=d.get("reduction", "two_stage"),
             save=tuple(d.get("save") or ()),
             occupancy=None if d.get("occupancy") is None else int(d["occupancy"]),
+            cache_hints=bool(d.get("cache_hints", True)),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -157,10 +163,11 @@ class KernelSchedule:
             reduction=override.reduction if override.reduction != "two_stage" else self.reduction,
             save=override.save or self.save,
             occupancy=override.occupancy if override.occupancy is not None else self.occupancy,
+            cache_hints=self.cache_hints and override.cache_hints,
         )
 
 
-KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy")
+KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

@@ -76,6 +76,8 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
         _int(p, prefix + "warps", d["warps"])
     if d.get("occupancy") is not None:
         _int(p, prefix + "occupancy", d["occupancy"])
+    if "cache_hints" in d and not isinstance(d["cache_hints"], bool):
+        p.add(prefix + "cache_hints", f"must be true or false, not {_kind(d['cache_hints'])}")
     if "reduction" in d and not isinstance(d["reduction"], str):
         p.add(prefix + "reduction", f"must be a name like 'two_stage', not {_kind(d['reduction'])}")
     save = d.get("save")
