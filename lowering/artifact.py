@@ -46,7 +46,8 @@ class CompiledKernel:
     args: tuple[KernelArg, ...]
     threads: int            # threads per block
     grid: tuple[tuple[str, int], ...]   # blocks = prod(ceil(size[axis] / tile))
-    shared_bytes: int = 0   # static shared memory (informational)
+    shared_bytes: int = 0   # shared memory per block, all of it
+    dynamic_shared: int = 0  # of which dynamic: the launch must ask for this many bytes
 
     def blocks(self, sizes: dict[str, int]) -> int:
         total = 1
@@ -90,7 +91,7 @@ class Program:
                            tuple(KernelArg(a["name"], a["kind"], dtype_of(a["dtype"]))
                                  for a in k["args"]),
                            k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
-                           k["shared_bytes"])
+                           k["shared_bytes"], k.get("dynamic_shared", 0))
             for k in d["kernels"])
         derived = tuple((a, s, t) for a, s, t in d.get("derived", ()))
         return Program(d["algorithm"], d["target"], buffers, kernels, derived)

@@ -18,6 +18,7 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from . import ops_llvm as L
+from .llvm_limits import STATIC_SHARED_LIMIT
 from .thread import REDUCE_IDENTITY, ThreadProgram
 from .tile import register_dtype
 
@@ -97,10 +98,13 @@ class _Emitter:
         self.args = {key: fn.args[i] for i, key in enumerate(self.arg_names)}
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.smem = None
-        if prog.smem_floats:
-            self.smem = ir.GlobalVariable(self.module, ir.ArrayType(L.F32, prog.smem_floats),
+        words = prog.smem_floats + prog.acc_floats
+        if words:
+            dynamic = 4 * words > STATIC_SHARED_LIMIT
+            # Past the static limit the array is `extern` and sized by the launch.
+            self.smem = ir.GlobalVariable(self.module, ir.ArrayType(L.F32, 0 if dynamic else words),
                                           name="plait_smem", addrspace=3)
-            self.smem.linkage = "internal"
+            self.smem.linkage = "external" if dynamic else "internal"
             self.smem.align = 16
         self._setup_indices()
         self.values: dict[int, np.ndarray] = {}
@@ -120,30 +124,57 @@ class _Emitter:
     def _emit_loop(self, body, fn) -> None:
         """One basic block walked `tile` times; accumulators are phis carried around it."""
         b = self.b
-        entry = b.block
         header = fn.append_basic_block("loop")
         exit_block = fn.append_basic_block("after_loop")
+        for op in body:                  # shared accumulators start at the identity
+            if op.op == "loop_acc" and op.attr("shared") is not None:
+                self._shared_acc(op, lambda slot, identity: b.store(identity, slot))
+        # Software pipelining: the loads of index i + 1 are issued at the top of step i, so
+        # the next rows are in flight while this one is reduced and written.
+        axis = self.lay.loop.axis
+        streamed = [op for op in body if op.op == "load"
+                    and axis in self._buffer(op.attr("buffer")).axes]
+        first = {op.id: self._load(op, ahead="first") for op in streamed}
+        entry = b.block
         b.branch(header)
         b.position_at_end(header)
         counter = b.phi(L.I32, name="row")
         counter.add_incoming(L.i32(0), entry)
         self.loop_index = counter
+        carried = {}
+        for op in streamed:
+            frag = np.empty(first[op.id].shape, dtype=object)
+            for idx in np.ndindex(frag.shape):
+                frag[idx] = b.phi(first[op.id][idx].type)
+                frag[idx].add_incoming(first[op.id][idx], entry)
+            carried[op.id] = frag
+            self.values[op.id] = frag
         phis = {}
         for op in body:
-            if op.op == "loop_acc":
+            if op.op == "loop_acc" and op.attr("shared") is None:
                 identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
                 frag = np.empty(self.frag_shape(op.axes), dtype=object)
                 for idx in np.ndindex(frag.shape):
                     frag[idx] = b.phi(L.F32)
                     frag[idx].add_incoming(identity, entry)
                 phis[op.id] = frag
+        upcoming = {op.id: self._load(op, ahead=1) for op in streamed}   # after all phis
+        shared_accs = []
         for op in body:
-            if op.op == "loop_acc":
+            if op.op == "loop_acc" and op.attr("shared") is not None:
+                current = self._shared_acc(op, lambda slot, identity: b.load(slot))
+                new = self._loop_acc(op, current, self.values[op.args[0]])
+                self._shared_acc(op, lambda slot, identity, n=new: None, store=new)
+                shared_accs.append(op)
+            elif op.op == "loop_acc":
                 self.values[op.id] = self._loop_acc(op, phis[op.id],
                                                     self.values[op.args[0]])
-            else:
+            elif op.id not in carried:
                 self.values[op.id] = self._op(op)
         latch = b.block
+        for op_id, frag in carried.items():
+            for idx in np.ndindex(frag.shape):
+                frag[idx].add_incoming(upcoming[op_id][idx], latch)
         for op_id, frag in phis.items():
             for idx in np.ndindex(frag.shape):
                 frag[idx].add_incoming(self.values[op_id][idx], latch)
@@ -152,6 +183,25 @@ class _Emitter:
         b.cbranch(b.icmp_unsigned("<", following, L.i32(self.lay.loop.tile)), header,
                   exit_block)
         b.position_at_end(exit_block)
+        for op in shared_accs:           # each thread reads back only its own slots
+            self.values[op.id] = self._shared_acc(op, lambda slot, identity: b.load(slot))
+
+    def _shared_acc(self, op, visit, store=None) -> np.ndarray:
+        """Visit each of this thread's shared-memory slots of accumulator `op` (slot k of
+        a thread is word base + k * threads + tid: private, so no barrier is needed)."""
+        b = self.b
+        shape = self.frag_shape(op.axes)
+        base = b.gep(self.smem, [L.i32(0), L.i32(0)])
+        identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
+        out = np.empty(shape, dtype=object)
+        for k, idx in enumerate(np.ndindex(shape)):
+            slot = b.gep(base, [b.add(L.i32(op.attr("shared") + k * self.lay.threads),
+                                      self.tid)])
+            if store is not None:
+                b.store(store[idx], slot)
+            else:
+                out[idx] = visit(slot, identity)
+        return out
 
     def _loop_acc(self, op, acc, value):
         axis, kind = op.attr("axis"), op.attr("op")
@@ -192,13 +242,19 @@ class _Emitter:
         return self.b.mul(self.block_index[axis], L.i32(tile))
 
     @functools.cache
-    def index(self, axis: str, r: int, c: int, v: int):
-        """Element index along `axis` of fragment element (r, c, v) of this thread."""
+    def index(self, axis: str, r: int, c: int, v: int, ahead=0):
+        """Element index along `axis` of fragment element (r, c, v) of this thread.
+
+        `ahead` picks the loop index for the walked axis: 0 the current one, 1 the
+        next (prefetching), "first" index 0 before the loop starts."""
         b = self.b
         if axis in self.partial:
             return self.block_index[self.partial[axis]]
         if self.lay.loop is not None and axis == self.lay.loop.axis:
-            return b.add(self.base(axis), self.loop_index)
+            if ahead == "first":
+                return self.base(axis)
+            step = b.add(self.loop_index, L.i32(ahead)) if ahead else self.loop_index
+            return b.add(self.base(axis), step)
         m = self.lay.map_of(axis)
         if m is None:
             return self.base(axis)
@@ -226,10 +282,14 @@ class _Emitter:
         return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
 
     @functools.cache
-    def in_bounds(self, axes: tuple, r: int, c: int, v: int):
+    def in_bounds(self, axes: tuple, r: int, c: int, v: int, ahead=0):
         b = self.b
-        return _mask_and(b, [b.icmp_unsigned("<", self.index(a, r, c, v), self.size(a))
-                             for a in axes if not self.always_in_bounds(a, r, c, v)])
+        masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
+                 for a in axes if not self.always_in_bounds(a, r, c, v)]
+        if ahead == 1 and self.lay.loop.axis in axes:    # the next index of this block only
+            masks.append(b.icmp_unsigned("<", b.add(self.loop_index, L.i32(1)),
+                                         L.i32(self.lay.loop.tile)))
+        return _mask_and(b, masks)
 
     @functools.cache
     def owner(self, axes: tuple):
@@ -239,7 +299,7 @@ class _Emitter:
                  if m is not None and m.axis not in axes and m.threads > 1]
         return _mask_and(b, masks)
 
-    def offset(self, buf, r, c, v):
+    def offset(self, buf, r, c, v, ahead=0):
         """Element offset (i64) of fragment element (r, c, v) in a row-major buffer."""
         b = self.b
         total = ir.Constant(L.I64, 0)
@@ -247,12 +307,14 @@ class _Emitter:
             stride = ir.Constant(L.I64, 1)
             for later in buf.axes[i + 1:]:
                 stride = b.mul(stride, b.zext(self.size(later), L.I64))
-            total = b.add(total, b.mul(b.zext(self.index(axis, r, c, v), L.I64), stride))
+            total = b.add(total, b.mul(b.zext(self.index(axis, r, c, v, ahead), L.I64),
+                                       stride))
         return total
 
-    def address(self, buf, r, c, v):
+    def address(self, buf, r, c, v, ahead=0):
         ptr = self.args[("buffer", buf.name)]
-        byte = self.b.mul(self.offset(buf, r, c, v), ir.Constant(L.I64, buf.dtype.itemsize))
+        byte = self.b.mul(self.offset(buf, r, c, v, ahead),
+                          ir.Constant(L.I64, buf.dtype.itemsize))
         return self.b.ptrtoint(self.b.gep(ptr, [byte]), L.I64)
 
     # ---- ops -------------------------------------------------------------
@@ -308,16 +370,16 @@ class _Emitter:
     def _buffer(self, name):
         return next(buf for buf in self.prog.buffers if buf.name == name)
 
-    def _load(self, op) -> np.ndarray:
+    def _load(self, op, ahead=0) -> np.ndarray:
         buf = self._buffer(op.attr("buffer"))
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         out = np.empty(shape, dtype=object)
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):
-                mask = self.in_bounds(buf.axes, r, c, v0)
-                words = _asm_load(self.b, self.address(buf, r, c, v0), mask, vec, buf.dtype,
-                                  self._cache_hint(buf))
+                mask = self.in_bounds(buf.axes, r, c, v0, ahead)
+                words = _asm_load(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
+                                  buf.dtype, self._cache_hint(buf))
                 for k, bits in enumerate(words):
                     # Narrow floats stay bits until the tile program's `convert`.
                     out[r, c, v0 + k] = bits if buf.dtype != register_dtype(buf.dtype) \

@@ -19,6 +19,7 @@ from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .kernels import KernelGraph, build_kernel_graph
 from .layout import make_layout
 from .policy import resolve
+from .llvm_limits import STATIC_SHARED_LIMIT
 from .thread import ThreadProgram, build_thread_program
 from .tile import TileProgram, build_tile_programs
 
@@ -84,8 +85,9 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
     for t in low.threads:
         entry = entry_name(t.name)
         ptx = emit_ptx(t, entry, target)
+        dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
-                                      t.layout.threads, t.layout.grid, t.smem_floats * 4))
+                                      t.layout.threads, t.layout.grid, t.shared_bytes, dynamic))
     kg = low.kernel_graph
     return Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from plait.dsl.errors import PlaitError
 
 from .artifact import Buffer
@@ -37,7 +39,12 @@ class ThreadProgram:
     buffers: tuple[Buffer, ...]
     scalars: tuple
     ops: tuple[TileOp, ...]
-    smem_floats: int              # shared-memory scratch, in 4-byte words
+    smem_floats: int              # shared-memory scratch of reductions, in 4-byte words
+    acc_floats: int = 0           # loop accumulators kept in shared memory, after it
+
+    @property
+    def shared_bytes(self) -> int:
+        return 4 * (self.smem_floats + self.acc_floats)
 
     @property
     def size_args(self) -> tuple[str, ...]:
@@ -50,7 +57,7 @@ class ThreadProgram:
 
     def text(self) -> str:
         lines = [f"thread program {self.name} over [{','.join(self.axes)}]",
-                 "  " + self.layout.text(), f"  shared {self.smem_floats * 4} bytes"]
+                 "  " + self.layout.text(), f"  shared {self.shared_bytes} bytes"]
         for op in self.ops:
             frag = "x".join(str(d) for d in self.layout.fragment(op.axes))
             args = " ".join(f"%{a}" for a in op.args)
@@ -104,10 +111,34 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
                 smem = max(smem, layout.threads * r * c * v)
         else:
             remap[op.id] = emit(op, args)
+    acc_floats = 0
     if layout.loop is not None:
         ops = _place_in_loop(ops, layout.loop.axis, buffers, tile.name)
+        ops, acc_floats = _accumulators_to_shared(ops, layout, smem)
     return ThreadProgram(tile.name, tile.axes, layout, tile.buffers, tile.scalars,
-                         tuple(ops), smem)
+                         tuple(ops), smem, acc_floats)
+
+
+# Loop accumulators of more elements per thread than this live in shared memory: a
+# normalization's dw and db over a whole row would otherwise take most registers and
+# leave room for one block per SM.
+MAX_REGISTER_ACCUMULATORS = 8
+
+
+def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
+    accs = [op for op in ops if op.op == "loop_acc"]
+    per_thread = sum(int(np.prod(layout.fragment(op.axes))) for op in accs)
+    if per_thread <= MAX_REGISTER_ACCUMULATORS:
+        return ops, 0
+    slot, out = scratch, []
+    for op in ops:
+        if op.op == "loop_acc":
+            out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
+                              tuple(sorted(dict(op.attrs, shared=slot).items()))))
+            slot += int(np.prod(layout.fragment(op.axes))) * layout.threads
+        else:
+            out.append(op)
+    return out, slot - scratch
 
 
 _ORDER = {"pre": 0, "loop": 1, "post": 2}

@@ -257,7 +257,7 @@ def _run_gpu(graph, sched, sizes, infos, scalars, target, like) -> dict:
             func = _function(kernel)
             args = binding.kernel_arguments(kernel, pointers, full, scalars)
             driver.launch(func, kernel.blocks(full), kernel.threads, args, stream=stream,
-                          kernel=kernel.name)
+                          shared=kernel.dynamic_shared, kernel=kernel.name)
             if check_each:
                 driver.synchronize(stream)
         missing = [n for n in graph.outputs if n not in made]

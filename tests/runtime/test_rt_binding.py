@@ -182,7 +182,7 @@ def test_gpu_path_with_a_fake_driver(monkeypatch):
                         stream=0: (lambda d: (d, d.ptr))(FakeDev(shape, dtype, zero)))
     monkeypatch.setattr(arrays, "DeviceArray", FakeDev)
     monkeypatch.setattr(driver, "get_function", lambda ptx, entry, name: entry)
-    monkeypatch.setattr(driver, "launch", lambda f, grid, block, args, stream, kernel:
+    monkeypatch.setattr(driver, "launch", lambda f, grid, block, args, stream, kernel, shared=0:
                         launches.append((f, grid, block, args, stream, kernel)))
     monkeypatch.setattr(driver, "synchronize", lambda stream=None: None)
     y = plait.run(axpb, X, B, a=3.0)
