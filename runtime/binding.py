@@ -141,9 +141,11 @@ def kernel_arguments(kernel, pointers: dict[str, int], sizes: dict[str, int],
 
 
 def package_outputs(names: list[str], values: dict):
-    """One output: the array; out0, out1, ...: a tuple in that order; else a dict by name."""
-    if len(names) == 1:
-        return values[names[0]]
+    """As the algorithm returned them: a tensor (output `out`) gives the array; a tuple
+    (out0, out1, ...) a tuple in that order; named outputs a dict, even just one (a
+    gradient algorithm's {'dx': ...} stays a dict)."""
+    if names == ["out"]:
+        return values["out"]
     if names == [f"out{i}" for i in range(len(names))]:
         return tuple(values[n] for n in names)
     return {n: values[n] for n in names}

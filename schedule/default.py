@@ -1,7 +1,7 @@
 """The built-in schedule for a kernel no schedule file covers.
 
     >>> default_kernel_schedule(("M", "N"), {"N"}, itemsize=2, sizes={"M": 4096, "N": 8192})
-    KernelSchedule(grid=(('M', 1),), block=(('N', AxisBlock(threads=256, vector=8)),), warps=None, reduction='two_stage', save=(), occupancy=None, cache_hints=True)
+    KernelSchedule(grid=(('M', 1),), block=(('N', AxisBlock(threads=256, vector=8)),), warps=None, reduction='two_stage', save=(), occupancy=None, cache_hints=False)
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ PASSES_PER_THREAD = 4      # a row reduction: each thread takes 4 vectors of the
 ELEMENTWISE_UNROLL = 2     # an elementwise block covers 2 vectors per thread
 COLUMN_ROWS, COLUMN_ROW_THREADS, COLUMN_THREADS = 64, 4, 64
 LOOP_ROWS = 64             # rows a block walks when sizes are unknown
-LOOP_BLOCKS = 528          # else enough blocks for one wave: 132 SMs x 4 blocks (an H100/H200)
+LOOP_BLOCKS = 256          # else about two blocks per SM of an H100/H200 (132 SMs)
 
 
 def vector_width(itemsize: int) -> int:
@@ -45,7 +45,7 @@ def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], i
       64*vector columns, with 4 x 64 threads; the partial sums over R's tiles
       are finished in a second kernel.
     - row statistics and a sum over rows together (a normalization's backward):
-      the row-reduction block, walking ceil(R / 528) rows of R in a loop (64
+      the row-reduction block, walking ceil(R / 256) rows of R in a loop (64
       when R is unknown), so the sums over R accumulate in registers.
     - elementwise (nothing reduced on the innermost axis): 256 threads along
       it, 2 vectors each, so grid tile = 256*vector*2; tile 1 elsewhere.
