@@ -46,6 +46,7 @@ class _Machine:
         self.nblocks, self.block_index = _blocks(prog, sizes)
         self.partial = dict(self.layout.partial_axes)
         self.loop_index = 0
+        self.shared: dict[int, np.ndarray] = {}   # smem_put slot -> every thread's partials
 
     def index(self, axis: str) -> np.ndarray:
         lay = self.layout
@@ -163,8 +164,15 @@ def _step(m: _Machine, op, args, arrays, scalars):
         return _reduce_local(m, op, args[0])
     if kind == "reduce_shfl":
         return _reduce_shfl(m, op, args[0])
-    if kind == "reduce_smem":
-        return _reduce_smem(m, op, args[0])
+    if kind == "barrier":             # lockstep execution: every thread is already there
+        return None
+    if kind == "smem_put":
+        amap, dim = _thread_dim(m, op.attr("axis"))
+        m.shared[op.attr("slot")] = np.broadcast_to(
+            args[0], [s if d != dim else amap.threads for d, s in enumerate(args[0].shape)])
+        return None
+    if kind == "smem_fold":
+        return _reduce_smem(m, op, m.shared[op.attr("slot")])
     if kind == "reduce_done":
         return _rounded(args[0], op)
     raise NotImplementedError(f"emulator has no rule for {kind!r}")

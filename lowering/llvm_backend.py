@@ -351,7 +351,13 @@ class _Emitter:
             return self._rounded(op, args[0])
         if kind == "where":
             return _map(shape, lambda c, x, y: b.select(c, x, y), *args)
-        if kind in ("reduce_local", "reduce_shfl", "reduce_smem"):
+        if kind == "barrier":
+            b.call(self.intr.get("llvm.nvvm.barrier0", ir.VoidType(), []), [])
+            return None
+        if kind == "smem_put":
+            self._smem_put(op, args[0])
+            return None
+        if kind in ("reduce_local", "reduce_shfl", "smem_fold"):
             return getattr(self, "_" + kind)(op, args[0])
         if kind == "reduce_done":
             return self._rounded(op, args[0])
@@ -449,27 +455,31 @@ class _Emitter:
             out = _map(out.shape, step, out)
         return out
 
-    def _reduce_smem(self, op, frag):
+    def _smem_put(self, op, frag) -> None:
+        """Each thread writes its partials: fragment element k to word slot + k*threads + tid."""
+        b = self.b
+        base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
+        for k, idx in enumerate(np.ndindex(frag.shape)):
+            word = b.add(L.i32(op.attr("slot") + k * self.lay.threads), self.tid)
+            b.store(frag[idx], b.gep(base_ptr, [word]))
+
+    def _smem_fold(self, op, _barrier):
+        """Fold the partials of the threads that differ from this one only in the reduced
+        axis's warp bits, in warp order (the same order in every thread)."""
         b = self.b
         kind = op.attr("op")
         bits = op.attr("bits")
         threads = self.lay.threads
-        barrier = self.intr.get("llvm.nvvm.barrier0", ir.VoidType(), [])
-        b.call(barrier, [])                          # earlier readers are done
-        flat = list(np.ndindex(frag.shape))
+        shape = self.frag_shape(op.axes)
         base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        for k, idx in enumerate(flat):
-            slot = b.add(L.i32(k * threads), self.tid)
-            b.store(frag[idx], b.gep(base_ptr, [slot]))
-        b.call(barrier, [])
         first, count = min(bits), 1 << len(bits)
         cleared = b.and_(self.tid, L.i32(~(((count - 1) << first)) & 0xFFFFFFFF))
-        out = np.empty(frag.shape, dtype=object)
-        for k, idx in enumerate(flat):
+        out = np.empty(shape, dtype=object)
+        for k, idx in enumerate(np.ndindex(shape)):
             acc = None
             for w in range(count):
-                slot = b.add(L.i32(k * threads + (w << first)), cleared)
-                val = b.load(b.gep(base_ptr, [slot]))
+                word = b.add(L.i32(op.attr("slot") + k * threads + (w << first)), cleared)
+                val = b.load(b.gep(base_ptr, [word]))
                 acc = val if acc is None else self._combine(kind, acc, val)
             out[idx] = acc
         return out

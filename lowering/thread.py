@@ -6,7 +6,9 @@ reductions become three explicit steps:
     reduce_local  combine the thread's own fragment along the axis (out-of-bounds
                   elements replaced by the reduction's identity)
     reduce_shfl   butterfly exchange over the axis's thread-index bits inside a warp
-    reduce_smem   the remaining bits (other warps) through shared memory
+    barrier, smem_put, barrier, smem_fold
+                  the remaining bits (other warps) through shared memory; reductions
+                  independent of each other share one such exchange
 
 A reduction over the axis the block walks in a loop is one `loop_acc`: an
 accumulator carried through the loop, read after it. With a loop, every op
@@ -98,19 +100,29 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
         return len(ops) - 1
 
     buffers = {b.name: b for b in tile.buffers}
-    for op in tile.ops:
+    tile_ops = cluster_reductions(list(tile.ops))
+    i = 0
+    while i < len(tile_ops):
+        op = tile_ops[i]
         args = [remap[a] for a in op.args]
         if op.op in ("load", "store"):
             vec = _vector_for(buffers[op.attr("buffer")], layout, aligned, sizes)
             remap[op.id] = emit(op, args, vector=vec)
         elif op.op in REDUCE_IDENTITY:
-            remap[op.id] = _expand_reduce(op, args, layout, ops)
-            bits = [b for b in _thread_bits(layout, op.attr("axis")) if b >= 5]
-            if bits:
-                r, c, v = layout.fragment(ops[-1].axes)
-                smem = max(smem, layout.threads * r * c * v)
+            group = [op]
+            while (i + len(group) < len(tile_ops)
+                   and _same_round(tile_ops[i + len(group)], op, remap, layout)):
+                group.append(tile_ops[i + len(group)])
+            results, words = _expand_reductions(group, [[remap[a] for a in g.args]
+                                                         for g in group], layout, ops)
+            for g, r in zip(group, results):
+                remap[g.id] = r
+            smem = max(smem, words)
+            i += len(group)
+            continue
         else:
             remap[op.id] = emit(op, args)
+        i += 1
     acc_floats = 0
     if layout.loop is not None:
         ops = _place_in_loop(ops, layout.loop.axis, buffers, tile.name)
@@ -167,30 +179,85 @@ def _place_in_loop(ops: list[TileOp], axis: str, buffers, name: str) -> list[Til
             for o in ordered]
 
 
-def _expand_reduce(op: TileOp, args, layout: Layout, ops: list[TileOp]) -> int:
-    axis = op.attr("axis")
-    kind = op.op
-    keep = tuple(a for a in op.axes if a != op.attr("partial"))
+def _same_round(candidate: TileOp, first: TileOp, remap, layout: Layout) -> bool:
+    """Reductions that can share one round of shuffles and one shared-memory exchange."""
+    return (candidate.op in REDUCE_IDENTITY
+            and candidate.attr("axis") == first.attr("axis")
+            and candidate.attr("partial") == first.attr("partial")
+            and (layout.loop is None or first.attr("axis") != layout.loop.axis)
+            and all(a in remap for a in candidate.args))
 
-    def emit(name, src, **attrs) -> int:
-        base = {"op": kind, "axis": axis}
+
+def cluster_reductions(ops: list[TileOp]) -> list[TileOp]:
+    """Reorder so that reductions independent of each other stand together.
+
+    An op's level counts the reductions on its longest path from the inputs. Ops run
+    level by level, each level's reductions last, so the derived LayerNorm backward
+    reduces sum(dy*w*xc) and sum(xc*xc) in one round (one exchange, two barriers)
+    instead of two. Loads keep the place of their first user (registers).
+    """
+    level: dict[int, int] = {}
+    for op in ops:
+        level[op.id] = max((level[a] + (ops[a].op in REDUCE_IDENTITY) for a in op.args),
+                           default=0)
+    users: dict[int, list[int]] = {}
+    for op in ops:
+        for a in op.args:
+            users.setdefault(a, []).append(op.id)
+    for op in ops:
+        if op.op == "load" and op.id in users:
+            level[op.id] = min(level[u] for u in users[op.id])
+    # A converted load follows its load.
+    for op in ops:
+        if op.op == "convert" and op.args and ops[op.args[0]].op == "load":
+            level[op.id] = level[op.args[0]]
+    order = sorted(ops, key=lambda o: (level[o.id], o.op in REDUCE_IDENTITY, o.id))
+    return order
+
+
+def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
+                       ops: list[TileOp]) -> tuple[list[int], int]:
+    """Lower reductions over one axis together; returns their result ids and the
+    shared-memory words the exchange needs."""
+    first = group[0]
+    axis = first.attr("axis")
+    keep = tuple(a for a in first.axes if a != first.attr("partial"))
+
+    def emit(name, args, op, **attrs) -> int:
+        base = {"op": op.op, "axis": axis}
         base.update(attrs)
-        ops.append(TileOp(len(ops), name, (src,), keep, op.dtype,
+        ops.append(TileOp(len(ops), name, tuple(args), keep, op.dtype,
                           tuple(sorted((k, v) for k, v in base.items() if v is not None))))
         return len(ops) - 1
 
     if layout.loop is not None and axis == layout.loop.axis:
-        value = emit("loop_acc", args[0])
-        ops.append(TileOp(len(ops), "reduce_done", (value,), op.axes, op.dtype, op.attrs))
-        return len(ops) - 1
-    value = emit("reduce_local", args[0])
+        value = emit("loop_acc", group_args[0][:1], first)
+        ops.append(TileOp(len(ops), "reduce_done", (value,), first.axes, first.dtype,
+                          first.attrs))
+        return [len(ops) - 1], 0
+    values = [emit("reduce_local", args[:1], op) for op, args in zip(group, group_args)]
     bits = _thread_bits(layout, axis)
     warp_bits = tuple(b for b in bits if b < 5)
     smem_bits = tuple(b for b in bits if b >= 5)
     if warp_bits:
-        value = emit("reduce_shfl", value, lanes=tuple(1 << b for b in warp_bits))
+        values = [emit("reduce_shfl", (v,), op, lanes=tuple(1 << b for b in warp_bits))
+                  for v, op in zip(values, group)]
+    words = 0
     if smem_bits:
-        value = emit("reduce_smem", value, bits=smem_bits)
-    # The reduced value, with the partial axis (if any) and rounding of the original op.
-    ops.append(TileOp(len(ops), "reduce_done", (value,), op.axes, op.dtype, op.attrs))
-    return len(ops) - 1
+        # One exchange for the whole group: a barrier (earlier readers are done), every
+        # thread's partials in, a barrier, each thread folds its warps' partials.
+        before = emit("barrier", values, first)
+        slots = []
+        for v, op in zip(values, group):
+            slots.append(words)
+            emit("smem_put", (v, before), op, slot=words)
+            words += layout.threads * int(np.prod(layout.fragment(keep)))
+        after = emit("barrier", [len(ops) - 1], first)
+        values = [emit("smem_fold", (after,), op, slot=slot, bits=smem_bits)
+                  for op, slot in zip(group, slots)]
+    results = []
+    for v, op in zip(values, group):
+        # The reduced value, with the partial axis (if any) and the op's rounding.
+        ops.append(TileOp(len(ops), "reduce_done", (v,), op.axes, op.dtype, op.attrs))
+        results.append(len(ops) - 1)
+    return results, words
