@@ -73,11 +73,13 @@ def cases():
 
 
 def variants(name):
-    for rows in (16, 32, 64):
-        for threads in (256, 512, 1024):
-            yield f"rows={rows} threads={threads}", Schedule.from_dict(
-                {"algorithm": name, "grid": {"M": rows},
-                 "block": {"N": {"threads": threads, "vector": 8}}})
+    for rows, threads, occ in ((64, 256, None), (128, 256, None), (64, 512, None),
+                               (64, 256, 2), (32, 512, None)):
+        d = {"algorithm": name, "grid": {"M": rows},
+             "block": {"N": {"threads": threads, "vector": 8}}}
+        if occ:
+            d["occupancy"] = occ
+        yield f"rows={rows} threads={threads} occ={occ}", Schedule.from_dict(d)
 
 
 def main():
