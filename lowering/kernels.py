@@ -167,9 +167,10 @@ class _Planner:
             n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
         finish_name = f"{name}.finish"
         finish_ks = None
-        if self.schedule is not None and any(
-                k in dict(self.schedule.kernels) for k in (finish_name,)):
-            finish_ks = self.schedule.for_kernel(finish_name)
+        if self.schedule is not None:
+            short = finish_name[len(self.graph.name) + 1:]
+            if any(k in dict(self.schedule.kernels) for k in (finish_name, short)):
+                finish_ks = self.schedule.for_kernel(finish_name)
         self.plan(finish_name, rewritten, False, finish_ks or self._finish_schedule(rewritten))
 
     def _finish_schedule(self, outputs: dict[str, Node]) -> KernelSchedule:

@@ -7,6 +7,7 @@ from plait.autodiff import grad
 from plait.dsl import DType, evaluate
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule import Schedule
+from plait.schedule.lookup import find_schedule
 
 LOOPED = {"grid": {"M": 16}, "block": {"N": {"threads": 64, "vector": 4}}}
 
@@ -34,6 +35,15 @@ def _check(algo_name, sizes, schedule, dtype, seed):
 @pytest.mark.parametrize("dtype", [DType.FP32, DType.BF16])
 def test_gradient_kernels_default_schedule(name, dtype):
     _check(name, dict(EXAMPLES[name][2]), None, dtype, seed=len(name))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_gradient_kernels_shipped_schedules(name, arch):
+    schedule = find_schedule(f"{name}.bwd", arch)
+    if name in ("layernorm", "rmsnorm", "swiglu", "geglu"):
+        assert schedule is not None, f"no shipped {arch} schedule for {name}.bwd"
+    _check(name, {"M": 131, "N": 1003}, schedule, DType.BF16, seed=11)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
