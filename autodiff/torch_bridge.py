@@ -112,18 +112,52 @@ def _outputs(result, names: list[str], what: str) -> list:
     return [result]
 
 
-def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None):
+def saved_by_schedule(algo: Algorithm, grad_schedule=None, arch: str | None = None) -> tuple:
+    """What the backward's schedule says the forward should save (`save:` in
+    `<algo>.bwd.yaml`); nothing, i.e. recompute, when no schedule says otherwise."""
+    from plait.schedule.model import Schedule
+    if grad_schedule is None:
+        from plait.runtime.api import DEFAULT_TARGET, gpu_target
+        from plait.runtime.driver import gpu_available
+        from plait.schedule.lookup import find_schedule
+        arch = arch or (gpu_target() if gpu_available() else DEFAULT_TARGET)
+        grad_schedule = find_schedule(f"{algo.name}.bwd", arch)
+    elif not isinstance(grad_schedule, Schedule):
+        from plait.schedule.loader import load_schedule
+        grad_schedule = load_schedule(grad_schedule)
+    return tuple(grad_schedule.default.save) if grad_schedule is not None else ()
+
+
+def _renamed(schedule, name: str):
+    """The forward's schedule, for the forward that also writes the saved values."""
+    import dataclasses
+
+    from plait.schedule.model import Schedule
+    if schedule is None or not isinstance(schedule, Schedule):
+        return schedule
+    return dataclasses.replace(schedule, algorithm=name)
+
+
+def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None, save=None):
     """A function of torch tensors computing algo, differentiable with respect to `wrt`.
 
     The forward runs `plait.run(algo, ..., schedule=schedule)`, the backward
-    `plait.run(grad(algo, wrt), ..., schedule=grad_schedule)`.
+    `plait.run(grad(algo, wrt), ..., schedule=grad_schedule)`. What the forward
+    saves for the backward (`save`, names given with `plait.dsl.name`) defaults to
+    the backward schedule's `save:` list; with none, the backward recomputes.
     """
     import torch  # only here: plait does not depend on torch
 
     import plait
-    bwd = grad(algo, wrt)
+
+    from .transform import forward_with_saved
+    save = saved_by_schedule(algo, grad_schedule) if save is None else tuple(save)
+    bwd = grad(algo, wrt, save=save)
+    fwd = forward_with_saved(algo, save) if save else algo
+    fwd_schedule = _renamed(schedule, fwd.name) if save else schedule
     wrt = list(bwd.wrt)
     out_names = list(algo.graph().outputs)
+    fwd_names = list(fwd.graph().outputs)
     grad_names = list(bwd.graph().outputs)
     n_params = len(algo.params)
 
@@ -137,19 +171,25 @@ def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None):
     class PlaitFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *values):
-            ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)))
-            ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in values]
             like = next(v for v in values if isinstance(v, torch.Tensor))
-            outs = _outputs(plait.run(algo, *values, schedule=schedule), out_names, algo.name)
+            outs = _outputs(plait.run(fwd, *values, schedule=fwd_schedule), fwd_names,
+                            fwd.name)
             outs = [as_torch(o, like) for o in outs]
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            saved = outs[len(out_names):]
+            ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)), *saved)
+            ctx.n_saved = len(saved)
+            ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in values]
+            user = outs[:len(out_names)]
+            return user[0] if len(user) == 1 else tuple(user)
 
         @staticmethod
         def backward(ctx, *cotangents):
-            tensors = iter(ctx.saved_tensors)
+            stored = list(ctx.saved_tensors)
+            saved = stored[len(stored) - ctx.n_saved:] if ctx.n_saved else []
+            tensors = iter(stored[:len(stored) - ctx.n_saved])
             values = [next(tensors) if s is None else s for s in ctx.scalars]
             cots = [c.contiguous() for c in cotangents]
-            result = plait.run(bwd, *values, *cots, schedule=grad_schedule)
+            result = plait.run(bwd, *values, *cots, *saved, schedule=grad_schedule)
             grads = dict(zip(grad_names, _outputs(result, grad_names, bwd.name)))
             return tuple(as_torch(grads[grad_name(p.name)], values[i])
                          if grad_name(p.name) in grads else None
@@ -163,5 +203,5 @@ def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None):
 
     apply.__name__ = algo.name.replace(".", "_")
     apply.__doc__ = f"{algo.name} through plait, differentiable in {', '.join(wrt)}."
-    apply.algorithm, apply.grad_algorithm = algo, bwd
+    apply.algorithm, apply.grad_algorithm, apply.saved = algo, bwd, save
     return apply

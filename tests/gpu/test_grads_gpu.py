@@ -59,3 +59,30 @@ def test_torch_bridge_trains_layernorm():
     for got, want in zip((x.grad, w.grad, b.grad), leaves):
         err = ((got.double() - want.grad).abs().max() / want.grad.abs().max()).item()
         assert err < 1e-4
+
+
+def test_torch_bridge_saves_what_the_backward_schedule_says():
+    from plait.dsl import Tensor, algorithm, mean, name, rsqrt
+    from plait.schedule import Schedule
+
+    @algorithm
+    def ln(x: Tensor["M", "N"], w: Tensor["N"], b: Tensor["N"], eps: float = 1e-5):
+        mu = name(mean(x, over="N"), "mu")
+        xc = x - mu
+        rstd = name(rsqrt(mean(xc * xc, over="N") + eps), "rstd")
+        return xc * rstd * w + b
+
+    bwd_schedule = Schedule.from_dict({"algorithm": "ln.bwd", "save": ["rstd", "mu"],
+                                       "grid": {"M": 16},
+                                       "block": {"N": {"threads": 128, "vector": 4}}})
+    fn = to_torch(ln, grad_schedule=bwd_schedule)
+    assert fn.saved == ("rstd", "mu")
+    x = torch.randn(300, 1000, device="cuda", requires_grad=True)
+    w = torch.randn(1000, device="cuda", requires_grad=True)
+    b = torch.randn(1000, device="cuda", requires_grad=True)
+    (fn(x, w, b) ** 2).sum().backward()
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    (reference("layernorm")(*leaves) ** 2).sum().backward()
+    for got, want in zip((x.grad, w.grad, b.grad), leaves):
+        err = ((got.double() - want.grad).abs().max() / want.grad.abs().max()).item()
+        assert err < 1e-4
