@@ -140,7 +140,10 @@ def _step(m: _Machine, op, args, arrays, scalars):
         idx = tuple(np.broadcast_to(m.index(a), shape)[mask] for a in buffer.axes)
         stored = round_to(value[mask].astype(np.float64), buffer.dtype) \
             if buffer.dtype.is_float else value[mask]
-        target[idx] = stored.astype(target.dtype)
+        if buffer.axes:
+            target[idx] = stored.astype(target.dtype)
+        elif stored.size:          # a scalar output: the one owning thread's value
+            target[()] = stored.reshape(-1)[-1]
         return None
     if kind == "convert":
         return args[0].astype(_NP[op.dtype])

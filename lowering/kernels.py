@@ -163,9 +163,26 @@ class _Planner:
         self.kernels.append(KernelPlan(name, tuple(direct.items()) +
                                        tuple(partial_outputs.items()), axes, ks))
         rest = {k: v for k, v in outputs.items() if k not in direct}
+        finish_name = f"{name}.finish"
         rewritten = rebuild(rest, lambda n, ins: replacement.get(n.uid) or (
             n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
-        finish_name = f"{name}.finish"
+        reduced_axes = {a for r in first for a in r.axes} | set(part_axes.values())
+        rest_axes = set(iteration_axes(topo_order(list(rewritten.values())), self.axis_order))
+        if rest_axes - reduced_axes:
+            # What follows needs the whole iteration space again (x - mean(x) over a row
+            # split across blocks): the finish kernel only completes the reductions into
+            # temporaries, and the rest is planned afresh, reading them.
+            totals, reread = {}, {}
+            for i, r in enumerate(first):
+                buf = f"{name}.total{i}"
+                totals[buf] = replacement[r.uid]
+                self.temps.append(Buffer(buf, r.dtype, r.axes, "temp"))
+                reread[r.uid] = Node("input", (), r.axes, r.dtype, make_attrs(name=buf), r.loc)
+            self.plan(finish_name, totals, False, self._finish_schedule(totals))
+            then = rebuild(rest, lambda n, ins: reread.get(n.uid) or (
+                n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
+            self.plan(f"{name}.then", then, False)
+            return
         finish_ks = None
         if self.schedule is not None:
             short = finish_name[len(self.graph.name) + 1:]

@@ -344,7 +344,8 @@ class _Emitter:
                          op.dtype == DType.FP32 else self.size(op.attr("axis")))
         if kind == "convert":
             src = self.prog.ops[op.args[0]]
-            if src.op == "load":
+            if src.op == "load" and src.dtype != register_dtype(src.dtype):
+                # storage bits of a narrow float, left undecoded by the load
                 return _map(shape, lambda x: L.decode(b, x, src.dtype), args[0])
             return _map(shape, lambda x: L.convert(b, x, op.dtype), args[0])
         if kind == "round":

@@ -55,6 +55,7 @@ class ThreadProgram:
         for b in self.buffers:
             names.update(b.axes)
         names.update(a for a, _ in self.layout.partial_axes)
+        names.update(op.attr("axis") for op in self.ops if op.op == "size")
         return tuple(sorted(names))
 
     def text(self) -> str:

@@ -12,6 +12,7 @@ from .model import AxisBlock, KernelSchedule
 DEFAULT_THREADS = 256
 MIN_THREADS, MAX_THREADS = 32, 1024
 PASSES_PER_THREAD = 4      # a row reduction: each thread takes 4 vectors of the row
+MAX_ROW_PASSES = 32        # past 32 vectors per thread a row is split across blocks
 ELEMENTWISE_UNROLL = 2     # an elementwise block covers 2 vectors per thread
 COLUMN_ROWS, COLUMN_ROW_THREADS, COLUMN_THREADS = 64, 4, 64
 LOOP_ROWS = 64             # rows a block walks when sizes are unknown
@@ -80,11 +81,15 @@ def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], i
                               block=base.block)
     if inner in reduced:
         threads = DEFAULT_THREADS
+        grid = tuple((a, 1) for a in outer)
         if sizes and inner in sizes:
             per_pass = vector * PASSES_PER_THREAD
             threads = min(max(next_pow2(-(-sizes[inner] // per_pass)), MIN_THREADS), MAX_THREADS)
-        return KernelSchedule(grid=tuple((a, 1) for a in outer),
-                              block=((inner, AxisBlock(threads, vector)),))
+            if sizes[inner] > threads * vector * MAX_ROW_PASSES:
+                # A row longer than a block can hold in registers: blocks take strips of
+                # it and a second kernel finishes the reduction over the strips.
+                grid += ((inner, threads * vector * PASSES_PER_THREAD),)
+        return KernelSchedule(grid=grid, block=((inner, AxisBlock(threads, vector)),))
     tile = DEFAULT_THREADS * vector * ELEMENTWISE_UNROLL
     return KernelSchedule(grid=tuple((a, 1) for a in outer) + ((inner, tile),),
                           block=((inner, AxisBlock(DEFAULT_THREADS, vector)),))

@@ -15,13 +15,18 @@ def test_vector_is_16_bytes_capped(itemsize, vector):
     (16384, 2, 512),
     (1000, 4, 64),      # ceil(1000/16) = 63 -> 64
     (64, 2, 32),        # at least a warp
-    (1 << 20, 2, 1024),  # at most 1024
     (4096, 1, 64),      # fp8: 16 per vector
 ])
 def test_row_reduction_threads_from_size(n, itemsize, threads):
     ks = default_kernel_schedule(("M", "N"), {"N"}, itemsize, {"M": 7, "N": n})
     assert ks == KernelSchedule(grid=(("M", 1),),
                                 block=(("N", AxisBlock(threads, vector_width(itemsize))),))
+
+
+def test_a_row_too_long_for_one_block_is_split_across_blocks():
+    ks = default_kernel_schedule(("M", "N"), {"N"}, 2, {"M": 7, "N": 1 << 20})
+    assert ks.block_axes["N"] == AxisBlock(1024, 8)
+    assert ks.grid_tiles == {"M": 1, "N": 1024 * 8 * 4}
 
 
 def test_row_reduction_without_sizes():
