@@ -18,8 +18,14 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from . import ops_llvm as L
+from .llvm_fragments import full as _full
+from .llvm_fragments import map_fragments as _map
+from .llvm_fragments import mask_and as _mask_and
 from .llvm_limits import STATIC_SHARED_LIMIT
-from .thread import REDUCE_IDENTITY, ThreadProgram
+from .llvm_reduce import ReductionEmitter
+from .ptx_memory import asm_load as _asm_load
+from .ptx_memory import asm_store as _asm_store
+from .thread import ThreadProgram
 from .tile import register_dtype
 
 PTX_FEATURES = {"sm_80": "+ptx74", "sm_86": "+ptx74", "sm_89": "+ptx78", "sm_90": "+ptx78",
@@ -65,14 +71,7 @@ def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
     return str(_Emitter(prog, entry, target).module)
 
 
-def _mask_and(b, masks):
-    out = None
-    for m in masks:
-        out = m if out is None else b.and_(out, m)
-    return out if out is not None else ir.Constant(L.I1, 1)
-
-
-class _Emitter:
+class _Emitter(ReductionEmitter):
     def __init__(self, prog: ThreadProgram, entry: str, target: str):
         self.prog = prog
         self.lay = prog.layout
@@ -120,97 +119,6 @@ class _Emitter:
             if region[op.id] == "post":
                 self.values[op.id] = self._op(op)
         self.b.ret_void()
-
-    def _emit_loop(self, body, fn) -> None:
-        """One basic block walked `tile` times; accumulators are phis carried around it."""
-        b = self.b
-        header = fn.append_basic_block("loop")
-        exit_block = fn.append_basic_block("after_loop")
-        for op in body:                  # shared accumulators start at the identity
-            if op.op == "loop_acc" and op.attr("shared") is not None:
-                self._shared_acc(op, lambda slot, identity: b.store(identity, slot))
-        # Software pipelining: the loads of index i + 1 are issued at the top of step i, so
-        # the next rows are in flight while this one is reduced and written.
-        axis = self.lay.loop.axis
-        streamed = [op for op in body if op.op == "load"
-                    and axis in self._buffer(op.attr("buffer")).axes]
-        first = {op.id: self._load(op, ahead="first") for op in streamed}
-        entry = b.block
-        b.branch(header)
-        b.position_at_end(header)
-        counter = b.phi(L.I32, name="row")
-        counter.add_incoming(L.i32(0), entry)
-        self.loop_index = counter
-        carried = {}
-        for op in streamed:
-            frag = np.empty(first[op.id].shape, dtype=object)
-            for idx in np.ndindex(frag.shape):
-                frag[idx] = b.phi(first[op.id][idx].type)
-                frag[idx].add_incoming(first[op.id][idx], entry)
-            carried[op.id] = frag
-            self.values[op.id] = frag
-        phis = {}
-        for op in body:
-            if op.op == "loop_acc" and op.attr("shared") is None:
-                identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
-                frag = np.empty(self.frag_shape(op.axes), dtype=object)
-                for idx in np.ndindex(frag.shape):
-                    frag[idx] = b.phi(L.F32)
-                    frag[idx].add_incoming(identity, entry)
-                phis[op.id] = frag
-        upcoming = {op.id: self._load(op, ahead=1) for op in streamed}   # after all phis
-        shared_accs = []
-        for op in body:
-            if op.op == "loop_acc" and op.attr("shared") is not None:
-                current = self._shared_acc(op, lambda slot, identity: b.load(slot))
-                new = self._loop_acc(op, current, self.values[op.args[0]])
-                self._shared_acc(op, lambda slot, identity, n=new: None, store=new)
-                shared_accs.append(op)
-            elif op.op == "loop_acc":
-                self.values[op.id] = self._loop_acc(op, phis[op.id],
-                                                    self.values[op.args[0]])
-            elif op.id not in carried:
-                self.values[op.id] = self._op(op)
-        latch = b.block
-        for op_id, frag in carried.items():
-            for idx in np.ndindex(frag.shape):
-                frag[idx].add_incoming(upcoming[op_id][idx], latch)
-        for op_id, frag in phis.items():
-            for idx in np.ndindex(frag.shape):
-                frag[idx].add_incoming(self.values[op_id][idx], latch)
-        following = b.add(counter, L.i32(1))
-        counter.add_incoming(following, latch)
-        b.cbranch(b.icmp_unsigned("<", following, L.i32(self.lay.loop.tile)), header,
-                  exit_block)
-        b.position_at_end(exit_block)
-        for op in shared_accs:           # each thread reads back only its own slots
-            self.values[op.id] = self._shared_acc(op, lambda slot, identity: b.load(slot))
-
-    def _shared_acc(self, op, visit, store=None) -> np.ndarray:
-        """Visit each of this thread's shared-memory slots of accumulator `op` (slot k of
-        a thread is word base + k * threads + tid: private, so no barrier is needed)."""
-        b = self.b
-        shape = self.frag_shape(op.axes)
-        base = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
-        out = np.empty(shape, dtype=object)
-        for k, idx in enumerate(np.ndindex(shape)):
-            slot = b.gep(base, [b.add(L.i32(op.attr("shared") + k * self.lay.threads),
-                                      self.tid)])
-            if store is not None:
-                b.store(store[idx], slot)
-            else:
-                out[idx] = visit(slot, identity)
-        return out
-
-    def _loop_acc(self, op, acc, value):
-        axis, kind = op.attr("axis"), op.attr("op")
-        identity = L.f32(REDUCE_IDENTITY[kind])
-        valid = self.in_bounds((axis,), 0, 0, 0)
-        value = np.broadcast_to(value, acc.shape)
-        return _map(acc.shape, lambda a, v: self._combine(kind, a, self.b.select(valid, v,
-                                                                                 identity)),
-                    acc, value)
 
     # ---- indices ---------------------------------------------------------
     def sreg(self, name: str):
@@ -419,160 +327,3 @@ class _Emitter:
                 bits = [L.encode(self.b, self.intr, value[r, c, v0 + k], buf.dtype)
                         for k in range(vec)]
                 _asm_store(self.b, self.address(buf, r, c, v0), mask, bits, buf.dtype)
-
-    # ---- reductions ------------------------------------------------------
-    def _combine(self, kind, x, y):
-        if kind == "sum":
-            return self.b.fadd(x, y)
-        return self.intr.call(self.b, f"llvm.{'maximum' if kind == 'max' else 'minimum'}.f32",
-                              L.F32, [x, y])
-
-    def _reduce_local(self, op, frag):
-        axis, kind = op.attr("axis"), op.attr("op")
-        full = np.broadcast_to(frag, self.frag_shape(self.prog.ops[op.args[0]].axes + (axis,)))
-        identity = L.f32(REDUCE_IDENTITY[kind])
-        masked = np.empty(full.shape, dtype=object)
-        for idx in np.ndindex(full.shape):
-            masked[idx] = self.b.select(self.in_bounds((axis,), *idx), full[idx], identity)
-        m = self.lay.map_of(axis)
-        dims = (0,) if m is self.lay.row and m is not None else (1, 2) if m is not None else ()
-        for dim in (2, 1, 0):                        # same order as the CPU executor
-            if dim in dims and masked.shape[dim] > 1:
-                acc = np.take(masked, [0], axis=dim)
-                for i in range(1, masked.shape[dim]):
-                    nxt = np.take(masked, [i], axis=dim)
-                    acc = _map(acc.shape, lambda x, y: self._combine(kind, x, y), acc, nxt)
-                masked = acc
-        return masked
-
-    def _reduce_shfl(self, op, frag):
-        kind = op.attr("op")
-        out = frag
-        for lanes in op.attr("lanes"):
-            def step(x, lanes=lanes):
-                other = self.intr.call(self.b, "llvm.nvvm.shfl.sync.bfly.f32", L.F32,
-                                       [L.i32(-1), x, L.i32(lanes), L.i32(0x1F)])
-                return self._combine(kind, x, other)
-            out = _map(out.shape, step, out)
-        return out
-
-    def _smem_put(self, op, frag) -> None:
-        """Each thread writes its partials: fragment element k to word slot + k*threads + tid."""
-        b = self.b
-        base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        for k, idx in enumerate(np.ndindex(frag.shape)):
-            word = b.add(L.i32(op.attr("slot") + k * self.lay.threads), self.tid)
-            b.store(frag[idx], b.gep(base_ptr, [word]))
-
-    def _smem_fold(self, op, _barrier):
-        """Fold the partials of the threads that differ from this one only in the reduced
-        axis's warp bits, in warp order (the same order in every thread)."""
-        b = self.b
-        kind = op.attr("op")
-        bits = op.attr("bits")
-        threads = self.lay.threads
-        shape = self.frag_shape(op.axes)
-        base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        first, count = min(bits), 1 << len(bits)
-        cleared = b.and_(self.tid, L.i32(~(((count - 1) << first)) & 0xFFFFFFFF))
-        out = np.empty(shape, dtype=object)
-        for k, idx in enumerate(np.ndindex(shape)):
-            acc = None
-            for w in range(count):
-                word = b.add(L.i32(op.attr("slot") + k * threads + (w << first)), cleared)
-                val = b.load(b.gep(base_ptr, [word]))
-                acc = val if acc is None else self._combine(kind, acc, val)
-            out[idx] = acc
-        return out
-
-
-def _full(shape, value) -> np.ndarray:
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        out[idx] = value
-    return out
-
-
-def _map(shape, fn, *frags) -> np.ndarray:
-    """Apply fn elementwise over fragments broadcast to `shape`."""
-    shape = np.broadcast_shapes(shape, *[f.shape for f in frags])
-    frags = [np.broadcast_to(f, shape) for f in frags]
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        out[idx] = fn(*[f[idx] for f in frags])
-    return out
-
-
-# ---- predicated global memory access ---------------------------------------
-def _group(operands: str, count: int) -> str:
-    return f"{{{operands}}}" if count > 1 else operands
-
-
-def _pieces(vec: int, dtype: DType):
-    """How `vec` elements of dtype travel: (register bits, count, elements per register)."""
-    total = vec * dtype.itemsize * 8
-    if total >= 32:
-        return 32, total // 32, 32 // (dtype.itemsize * 8) if dtype.itemsize < 4 else 1
-    return total, 1, vec
-
-
-def _asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
-    elem_bits = L.STORAGE_BITS[dtype].width
-    if elem_bits == 64:
-        regs, count, per = 64, vec, 1
-    else:
-        regs, count, per = _pieces(vec, dtype)
-    reg_ty = ir.IntType(max(regs, 16))
-    suffix = f".v{count}" if count > 1 else ""
-    width = "b64" if regs == 64 else "b32" if regs == 32 else "b16" if regs == 16 else "u8"
-    outs = ", ".join(f"${i}" for i in range(count))
-    zero = " ".join(f"mov.b{max(regs, 16)} ${i}, 0;" for i in range(count))
-    qualifiers, policy_operand, args = "", "", [addr, b.zext(mask, L.I32)]
-    if hint is not None:
-        qualifiers = hint[0] + ".L2::cache_hint"
-        policy_operand = f", ${count + 2}"
-        args.append(hint[1])
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${count + 1}, 0; {zero} "
-            f"@p ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
-            f"[${count}]{policy_operand}; }}")
-    code = "l" if regs == 64 else "r" if regs == 32 else "h"
-    constraints = ",".join([f"={code}"] * count + ["l", "r"] + (["l"] if hint else []))
-    ret = ir.LiteralStructType([reg_ty] * count) if count > 1 else reg_ty
-    result = b.asm(ir.FunctionType(ret, [a.type for a in args]), text, constraints, args, True)
-    words = [b.extract_value(result, i) for i in range(count)] if count > 1 else [result]
-    elems = []
-    ety = L.STORAGE_BITS[dtype]
-    for w in words:
-        for k in range(per):
-            piece = b.lshr(w, ir.Constant(reg_ty, k * elem_bits)) if k else w
-            elems.append(b.trunc(piece, ety) if ety.width < reg_ty.width else piece)
-    return elems[:vec]
-
-
-def _asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
-    elem_bits = L.STORAGE_BITS[dtype].width
-    vec = len(bits)
-    if elem_bits == 64:
-        regs, count, per = 64, vec, 1
-    else:
-        regs, count, per = _pieces(vec, dtype)
-    reg_ty = ir.IntType(max(regs, 16))
-    words = []
-    for i in range(count):
-        word = None
-        for k in range(per):
-            piece = b.zext(bits[i * per + k], reg_ty) if elem_bits < reg_ty.width \
-                else bits[i * per + k]
-            if k:
-                piece = b.shl(piece, ir.Constant(reg_ty, k * elem_bits))
-            word = piece if word is None else b.or_(word, piece)
-        words.append(word)
-    suffix = f".v{count}" if count > 1 else ""
-    width = "b64" if regs == 64 else "b32" if regs == 32 else "b16" if regs == 16 else "u8"
-    ins = ", ".join(f"${i + 2}" for i in range(count))
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; "
-            f"@p st.global{suffix}.{width} [$0], {_group(ins, count)}; }}")
-    code = "l" if regs == 64 else "r" if regs == 32 else "h"
-    constraints = ",".join(["l", "r"] + [code] * count + ["~{memory}"])
-    fnty = ir.FunctionType(ir.VoidType(), [L.I64, L.I32] + [reg_ty] * count)
-    b.asm(fnty, text, constraints, [addr, b.zext(mask, L.I32)] + words, True)
