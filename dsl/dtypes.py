@@ -68,10 +68,26 @@ _ALIASES = {
 NAMES = tuple(d.short for d in DType)
 
 
+_memo: dict = {}   # numpy/torch dtype objects and names -> DType (run() asks per call)
+
+
 def dtype_of(value) -> DType:
     """A DType from a DType, a name ('bf16', 'float32', 'e4m3'), a numpy or torch dtype."""
     if isinstance(value, DType):
         return value
+    try:
+        return _memo[value]
+    except (KeyError, TypeError):
+        pass
+    found = _dtype_of(value)
+    try:
+        _memo[value] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _dtype_of(value) -> DType:
     if isinstance(value, str):
         for d in DType:
             if d.short == value:
