@@ -23,7 +23,8 @@ from .llvm_fragments import map_fragments as _map
 from .llvm_fragments import mask_and as _mask_and
 from .llvm_limits import STATIC_SHARED_LIMIT
 from .llvm_reduce import ReductionEmitter
-from .ptx_memory import asm_load as _asm_load
+from .ptx_memory import asm_load_words as _asm_load_words
+from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .thread import ThreadProgram
 from .tile import register_dtype
@@ -286,6 +287,7 @@ class _Emitter(ReductionEmitter):
         return next(buf for buf in self.prog.buffers if buf.name == name)
 
     def _load(self, op, ahead=0) -> np.ndarray:
+        """Issue each memory instruction of `op` and unpack it before the next."""
         buf = self._buffer(op.attr("buffer"))
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
@@ -293,9 +295,9 @@ class _Emitter(ReductionEmitter):
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):
                 mask = self.in_bounds(buf.axes, r, c, v0, ahead)
-                words = _asm_load(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
-                                  buf.dtype, self._cache_hint(buf))
-                for k, bits in enumerate(words):
+                regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
+                                       buf.dtype, self._cache_hint(buf))
+                for k, bits in enumerate(_unpack_words(self.b, regs, vec, buf.dtype)):
                     # Narrow floats stay bits until the tile program's `convert`.
                     out[r, c, v0 + k] = bits if buf.dtype != register_dtype(buf.dtype) \
                         else L.decode(self.b, bits, buf.dtype)

@@ -24,7 +24,8 @@ def _pieces(vec: int, dtype: DType):
     return total, 1, vec
 
 
-def asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
+def asm_load_words(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
+    """Load `vec` elements as the registers they travel in (several per 32-bit word)."""
     elem_bits = L.STORAGE_BITS[dtype].width
     if elem_bits == 64:
         regs, count, per = 64, vec, 1
@@ -47,14 +48,25 @@ def asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> 
     constraints = ",".join([f"={code}"] * count + ["l", "r"] + (["l"] if hint else []))
     ret = ir.LiteralStructType([reg_ty] * count) if count > 1 else reg_ty
     result = b.asm(ir.FunctionType(ret, [a.type for a in args]), text, constraints, args, True)
-    words = [b.extract_value(result, i) for i in range(count)] if count > 1 else [result]
-    elems = []
+    return [b.extract_value(result, i) for i in range(count)] if count > 1 else [result]
+
+
+def unpack_words(b: ir.IRBuilder, words: list, vec: int, dtype: DType) -> list:
+    """The `vec` elements (storage bits) packed in the registers `asm_load_words` gave."""
+    elem_bits = L.STORAGE_BITS[dtype].width
     ety = L.STORAGE_BITS[dtype]
+    elems = []
     for w in words:
+        per = max(1, w.type.width // elem_bits)
         for k in range(per):
-            piece = b.lshr(w, ir.Constant(reg_ty, k * elem_bits)) if k else w
-            elems.append(b.trunc(piece, ety) if ety.width < reg_ty.width else piece)
+            piece = b.lshr(w, ir.Constant(w.type, k * elem_bits)) if k else w
+            elems.append(b.trunc(piece, ety) if ety.width < w.type.width else piece)
     return elems[:vec]
+
+
+def asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
+    """Load `vec` elements; returns their storage bits, one value per element."""
+    return unpack_words(b, asm_load_words(b, addr, mask, vec, dtype, hint), vec, dtype)
 
 
 def asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
