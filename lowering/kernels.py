@@ -20,6 +20,7 @@ from plait.dsl.node import Node, make_attrs, topo_order
 from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
 
 from .artifact import Buffer
+from .contraction import find_contractions
 from .layout import effective_grid
 from .policy import ResolvedPolicy
 
@@ -41,6 +42,9 @@ class KernelGraph:
     kernels: tuple[KernelPlan, ...]
     buffers: tuple[Buffer, ...]
     derived: tuple[tuple[str, str, int], ...]
+    # Found for the record and the tensor-core lowering to come; today every
+    # contraction runs through the generic reduction path.
+    contractions: tuple = ()
 
     def text(self) -> str:
         lines = [f"kernel graph {self.algorithm}"]
@@ -49,6 +53,8 @@ class KernelGraph:
                          + (" zeroed" if b.zero else ""))
         for axis, src, tile in self.derived:
             lines.append(f"  axis {axis} = ceil({src} / {tile})")
+        for c in self.contractions:
+            lines.append(f"  {c.text()}")
         for k in self.kernels:
             reads = sorted({n.attr("name") for _, v in k.outputs
                             for n in topo_order([v]) if n.op == "input"})
@@ -102,7 +108,8 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         name = _kernel_name(graph, group, len(groups))
         planner.plan(name, {o: graph.outputs[o] for o in group}, user_visible=True)
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
-                       tuple(buffers + planner.temps), tuple(planner.derived))
+                       tuple(buffers + planner.temps), tuple(planner.derived),
+                       tuple(find_contractions(graph)))
 
 
 class _Planner:
