@@ -61,7 +61,6 @@ class OpDef:
     kind: str
     evaluate: Callable
     vjp: Callable | None = None
-    pure_elementwise: bool = True
 
 
 OPS: dict[str, OpDef] = {}

@@ -22,10 +22,6 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x) if np.size(x) else x
 
 
-def _no_grad(*_):
-    return None
-
-
 # ---- sources ---------------------------------------------------------------
 register(OpDef("input", "source", lambda n, ctx: ctx.inputs[n.attr("name")]))
 register(OpDef("param", "source", lambda n, ctx: np.float64(ctx.inputs[n.attr("name")])))
@@ -168,9 +164,9 @@ def _extreme_vjp(n, g, y, x):
     return (share * g,)
 
 
-register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp, pure_elementwise=False))
-register(OpDef("max", "reduce", _reduce_eval(np.max), _extreme_vjp, pure_elementwise=False))
-register(OpDef("min", "reduce", _reduce_eval(np.min), _extreme_vjp, pure_elementwise=False))
+register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp))
+register(OpDef("max", "reduce", _reduce_eval(np.max), _extreme_vjp))
+register(OpDef("min", "reduce", _reduce_eval(np.min), _extreme_vjp))
 
 
 def _broadcast_eval(n, ctx, a):
@@ -184,8 +180,7 @@ def _broadcast_vjp(n, g, y, x):
     return (reduce("sum", g, over=extra),)
 
 
-register(OpDef("broadcast", "broadcast", _broadcast_eval, _broadcast_vjp,
-               pure_elementwise=False))
+register(OpDef("broadcast", "broadcast", _broadcast_eval, _broadcast_vjp))
 
 
 def sum(x, over=None):  # noqa: A001 - the DSL's sum

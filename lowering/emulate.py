@@ -124,13 +124,13 @@ def _step(m: _Machine, op, args, arrays, scalars):
     kind = op.op
     if kind == "load":
         buf = arrays[op.attr("buffer")]
-        axes = _buffer(m, op).axes
+        axes = m.prog.buffer(op.attr("buffer")).axes
         mask = m.in_bounds(axes)
         idx = tuple(np.where(mask, m.index(a), 0) for a in axes)
         value = buf[idx] if axes else np.broadcast_to(buf, mask.shape)
         return np.where(mask, value, np.zeros((), buf.dtype))
     if kind == "store":
-        buffer = _buffer(m, op)
+        buffer = m.prog.buffer(op.attr("buffer"))
         target = arrays[buffer.name]
         mask = m.in_bounds(buffer.axes) & m.owner(buffer.axes)
         shape = np.broadcast_shapes(mask.shape, args[0].shape,
@@ -179,13 +179,6 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if kind == "reduce_done":
         return _rounded(args[0], op)
     raise NotImplementedError(f"emulator has no rule for {kind!r}")
-
-
-def _buffer(m: _Machine, op):
-    for b in m.prog.buffers:
-        if b.name == op.attr("buffer"):
-            return b
-    raise KeyError(op.attr("buffer"))
 
 
 def _reduce_local(m: _Machine, op, value):

@@ -106,10 +106,16 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     planner = _Planner(graph, schedule, policy, sizes)
     for group in groups.values():
         name = _kernel_name(graph, group, len(groups))
-        planner.plan(name, {o: graph.outputs[o] for o in group}, user_visible=True)
+        planner.plan(name, {o: graph.outputs[o] for o in group})
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
                        tuple(buffers + planner.temps), tuple(planner.derived),
                        tuple(find_contractions(graph)))
+
+
+def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[str, Node]:
+    """The outputs with the nodes in `replacement` (by uid) swapped in, users rebuilt."""
+    return rebuild(outputs, lambda n, ins: replacement.get(n.uid) or (
+        n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
 
 
 class _Planner:
@@ -126,7 +132,7 @@ class _Planner:
     def _itemsize(self, nodes) -> int:
         return max([n.dtype.itemsize for n in nodes if n.op == "input"] or [4])
 
-    def plan(self, name: str, outputs: dict[str, Node], user_visible: bool,
+    def plan(self, name: str, outputs: dict[str, Node],
              kernel_schedule: KernelSchedule | None = None) -> None:
         nodes = topo_order(list(outputs.values()))
         axes = iteration_axes(nodes, self.axis_order)
@@ -171,8 +177,7 @@ class _Planner:
                                        tuple(partial_outputs.items()), axes, ks))
         rest = {k: v for k, v in outputs.items() if k not in direct}
         finish_name = f"{name}.finish"
-        rewritten = rebuild(rest, lambda n, ins: replacement.get(n.uid) or (
-            n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
+        rewritten = _substitute(rest, replacement)
         reduced_axes = {a for r in first for a in r.axes} | set(part_axes.values())
         rest_axes = set(iteration_axes(topo_order(list(rewritten.values())), self.axis_order))
         if rest_axes - reduced_axes:
@@ -185,17 +190,16 @@ class _Planner:
                 totals[buf] = replacement[r.uid]
                 self.temps.append(Buffer(buf, r.dtype, r.axes, "temp"))
                 reread[r.uid] = Node("input", (), r.axes, r.dtype, make_attrs(name=buf), r.loc)
-            self.plan(finish_name, totals, False, self._finish_schedule(totals))
-            then = rebuild(rest, lambda n, ins: reread.get(n.uid) or (
-                n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))
-            self.plan(f"{name}.then", then, False)
+            self.plan(finish_name, totals, self._finish_schedule(totals))
+            then = _substitute(rest, reread)
+            self.plan(f"{name}.then", then)
             return
         finish_ks = None
         if self.schedule is not None:
             short = finish_name[len(self.graph.name) + 1:]
             if any(k in dict(self.schedule.kernels) for k in (finish_name, short)):
                 finish_ks = self.schedule.for_kernel(finish_name)
-        self.plan(finish_name, rewritten, False, finish_ks or self._finish_schedule(rewritten))
+        self.plan(finish_name, rewritten, finish_ks or self._finish_schedule(rewritten))
 
     def _finish_schedule(self, outputs: dict[str, Node]) -> KernelSchedule:
         """Rows of partials are few (hundreds): 64 threads down the rows, each holding at

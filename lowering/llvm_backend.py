@@ -283,12 +283,9 @@ class _Emitter(ReductionEmitter):
             return frag
         return _map(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
 
-    def _buffer(self, name):
-        return next(buf for buf in self.prog.buffers if buf.name == name)
-
     def _load(self, op, ahead=0) -> np.ndarray:
         """Issue each memory instruction of `op` and unpack it before the next."""
-        buf = self._buffer(op.attr("buffer"))
+        buf = self.prog.buffer(op.attr("buffer"))
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         out = np.empty(shape, dtype=object)
@@ -318,7 +315,7 @@ class _Emitter(ReductionEmitter):
         return (".L1::evict_last" if reused else ".L1::no_allocate"), self.policies[reused]
 
     def _store(self, op, value: np.ndarray) -> None:
-        buf = self._buffer(op.attr("buffer"))
+        buf = self.prog.buffer(op.attr("buffer"))
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         value = np.broadcast_to(value, shape)

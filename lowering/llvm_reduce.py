@@ -23,7 +23,7 @@ class ReductionEmitter:
         # the next rows are in flight while this one is reduced and written.
         axis = self.lay.loop.axis
         streamed = [op for op in body if op.op == "load"
-                    and axis in self._buffer(op.attr("buffer")).axes]
+                    and axis in self.prog.buffer(op.attr("buffer")).axes]
         first = {op.id: self._load(op, ahead="first") for op in streamed}
         entry = b.block
         b.branch(header)

@@ -64,11 +64,6 @@ def unpack_words(b: ir.IRBuilder, words: list, vec: int, dtype: DType) -> list:
     return elems[:vec]
 
 
-def asm_load(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=None) -> list:
-    """Load `vec` elements; returns their storage bits, one value per element."""
-    return unpack_words(b, asm_load_words(b, addr, mask, vec, dtype, hint), vec, dtype)
-
-
 def asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
     elem_bits = L.STORAGE_BITS[dtype].width
     vec = len(bits)

@@ -44,6 +44,12 @@ class ThreadProgram:
     smem_floats: int              # shared-memory scratch of reductions, in 4-byte words
     acc_floats: int = 0           # loop accumulators kept in shared memory, after it
 
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(f"kernel {self.name} has no buffer {name!r}")
+
     @property
     def shared_bytes(self) -> int:
         return 4 * (self.smem_floats + self.acc_floats)
