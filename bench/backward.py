@@ -8,7 +8,6 @@ their backward alone (autograd.grad of a retained graph); plait as CUDA-graph
 replays of plait.run of the derived gradient algorithm.
 """
 import argparse
-import datetime
 import os
 import sys
 
@@ -20,6 +19,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 
 import triton_peers_bwd as tb  # noqa: E402
+from report import peer_table, publish  # noqa: E402
 from timing import both, copy_bandwidth, graph_ms, median_ms  # noqa: E402
 
 import plait  # noqa: E402
@@ -111,22 +111,10 @@ def main():
         fig["triton"] = nbytes / both(triton_fn)[1] / 1e6
         print("  " + name + " " + " ".join(f"{k} {v:.0f}" for k, v in fig.items()))
         rows.append((name, fig, max(errs)))
-    lines = ["| workload | plait GB/s | torch | torch.compile | triton | plait / best peer "
-             "| plait / copy | plait max_rel_err |", "|---|---|---|---|---|---|---|---|"]
-    for name, f, err in rows:
-        best = max(v for k, v in f.items() if k != "plait")
-        lines.append(f"| {name} | {f['plait']:.0f} | {f['torch']:.0f} | {f['torch.compile']:.0f} "
-                     f"| {f['triton']:.0f} | {f['plait'] / best:.2f} | {f['plait'] / copy:.2f} "
-                     f"| {err:.1e} |")
-    stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch {torch.__version__}"
-             f" · triton {__import__('triton').__version__} · copy {copy:.0f} GB/s · bf16 · "
-             "plait: CUDA-graph replay medians; peers: autograd.grad medians (do_bench)")
-    table = stamp + "\n\n" + "\n".join(lines)
-    print(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(table + "\n")
-
+    table = peer_table([(name, f, f"{err:.1e}") for name, f, err in rows], copy,
+                       "plait: CUDA-graph replay medians; peers: autograd.grad medians "
+                       "(do_bench)", extra="plait max_rel_err")
+    publish(table, args.out)
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,6 @@ table: GB/s of each contender (graph replay), the ratio of plait to the best
 peer and to the device copy measured in the same run.
 """
 import argparse
-import datetime
 import os
 import sys
 
@@ -19,6 +18,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 
 import triton_peers  # noqa: E402
+from report import peer_table, publish  # noqa: E402
 from timing import both, copy_bandwidth  # noqa: E402
 
 import plait  # noqa: E402
@@ -98,24 +98,10 @@ def main():
             figures[who] = (nbytes / replay / 1e6, nbytes / call / 1e6, err)
             print(f"  {name:28s} {who:14s} graph {nbytes / replay / 1e6:7.0f} GB/s  "
                   f"call {nbytes / call / 1e6:7.0f} GB/s  max_rel_err {err:.2e}")
-        best_peer = max(v[0] for k, v in figures.items() if k != "plait")
-        rows.append((name, figures, best_peer))
-    header = ("| workload | plait GB/s | torch | torch.compile | triton | plait / best peer "
-              "| plait / copy |")
-    lines = [header, "|---|---|---|---|---|---|---|"]
-    for name, f, best in rows:
-        lines.append(f"| {name} | {f['plait'][0]:.0f} | {f['torch'][0]:.0f} | "
-                     f"{f['torch.compile'][0]:.0f} | {f['triton'][0]:.0f} | "
-                     f"{f['plait'][0] / best:.2f} | {f['plait'][0] / (copy * 1000):.2f} |")
-    stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch {torch.__version__}"
-             f" · triton {__import__('triton').__version__} · copy {copy * 1000:.0f} GB/s "
-             "· bf16 · medians of CUDA-graph replays (do_bench)")
-    table = stamp + "\n\n" + "\n".join(lines)
-    print(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(table + "\n")
-
+        rows.append((name, figures, None))
+    table = peer_table([(name, {k: v[0] for k, v in f.items()}, None) for name, f, _ in rows],
+                       copy * 1000, "medians of CUDA-graph replays (do_bench)")
+    publish(table, args.out)
 
 if __name__ == "__main__":
     main()
