@@ -17,6 +17,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import Node, make_attrs, topo_order
+from plait.schedule.default import default_kernel_schedule
 from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
 
 from .artifact import Buffer
@@ -84,7 +85,6 @@ def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
         ks = schedule.for_kernel(name)
         if ks.grid or ks.block:
             return ks
-    from plait.schedule.default import default_kernel_schedule
     return default_kernel_schedule(axes, reduced, itemsize, sizes)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plait.dsl.dtypes import DType
 from plait.dsl.graph import AlgorithmGraph
 from plait.schedule.model import Schedule
 
@@ -65,7 +66,6 @@ def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: 
 
 
 def _kernel_args(t: ThreadProgram) -> tuple[KernelArg, ...]:
-    from plait.dsl.dtypes import DType
     args = [KernelArg(b.name, "buffer", b.dtype) for b in t.buffers]
     args += [KernelArg(a, "size", DType.INT32) for a in t.size_args]
     args += [KernelArg(name, "scalar", dt) for name, dt in t.scalars]
