@@ -31,10 +31,12 @@ class Buffer:
 
 @dataclass(frozen=True)
 class KernelArg:
-    """One kernel parameter, in order: a buffer's address, an axis size (int32), or a scalar."""
+    """One kernel parameter, in order: a buffer's address, an axis size (int32), a scalar, or
+    a tensor map (a TMA descriptor of a buffer, passed by value) copying boxes of `box`."""
     name: str
-    kind: str               # 'buffer' | 'size' | 'scalar'
+    kind: str               # 'buffer' | 'size' | 'scalar' | 'tensormap'
     dtype: DType            # element dtype of a buffer; INT32 for sizes; the scalar's dtype
+    box: tuple[tuple[str, int], ...] = ()   # tensormap: (axis, box extent), outermost first
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class Program:
                                b["zero"]) for b in d["buffers"])
         kernels = tuple(
             CompiledKernel(k["name"], k["entry"], k["target"], k["ptx"],
-                           tuple(KernelArg(a["name"], a["kind"], dtype_of(a["dtype"]))
+                           tuple(KernelArg(a["name"], a["kind"], dtype_of(a["dtype"]),
+                                           tuple((x, int(n)) for x, n in a.get("box", ())))
                                  for a in k["args"]),
                            k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
                            k["shared_bytes"], k.get("dynamic_shared", 0))

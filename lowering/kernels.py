@@ -34,6 +34,7 @@ class KernelPlan:
     outputs: tuple[tuple[str, Node], ...]    # buffer name -> value stored there
     axes: tuple[str, ...]                    # iteration axes, canonical order
     schedule: KernelSchedule
+    contraction: bool = False                # kept whole for the tensor-core lowering
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,10 @@ class KernelGraph:
     kernels: tuple[KernelPlan, ...]
     buffers: tuple[Buffer, ...]
     derived: tuple[tuple[str, str, int], ...]
-    # Found for the record and the tensor-core lowering to come; today every
-    # contraction runs through the generic reduction path.
+    # Found for the record; kernels with `contraction` set go to the tensor-core
+    # lowering, and `generic` says why a contraction kernel did not (kernel -> reason).
     contractions: tuple = ()
+    generic: tuple[tuple[str, str], ...] = ()
 
     def text(self) -> str:
         lines = [f"kernel graph {self.algorithm}"]
@@ -56,10 +58,13 @@ class KernelGraph:
             lines.append(f"  axis {axis} = ceil({src} / {tile})")
         for c in self.contractions:
             lines.append(f"  {c.text()}")
+        for name, why in self.generic:
+            lines.append(f"  kernel {name} runs without tensor cores: {why}")
         for k in self.kernels:
             reads = sorted({n.attr("name") for _, v in k.outputs
                             for n in topo_order([v]) if n.op == "input"})
-            lines.append(f"  kernel {k.name} over [{','.join(k.axes)}] "
+            lines.append(f"  kernel {k.name}{' (tensor cores)' if k.contraction else ''} "
+                         f"over [{','.join(k.axes)}] "
                          f"reads {', '.join(reads) or '-'} writes "
                          f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}")
         return "\n".join(lines) + "\n"
@@ -89,7 +94,10 @@ def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
 
 
 def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
-                       policy: ResolvedPolicy, sizes: dict[str, int]) -> KernelGraph:
+                       policy: ResolvedPolicy, sizes: dict[str, int], tensor_cores: bool = False,
+                       generic: dict[str, str] | None = None) -> KernelGraph:
+    """`tensor_cores`: keep contraction kernels whole for the tensor-core lowering, except
+    those in `generic` (kernel name -> why not), which are planned like any other."""
     buffers: list[Buffer] = []
     for p in graph.params:
         if p.is_tensor:
@@ -103,13 +111,24 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         axes = iteration_axes(topo_order([node]), graph.axis_order)
         groups.setdefault(axes, []).append(name)
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
-    planner = _Planner(graph, schedule, policy, sizes)
+    generic = dict(generic or {})
+    planner = _Planner(graph, schedule, policy, sizes,
+                       lambda name: tensor_cores and name not in generic)
     for group in groups.values():
         name = _kernel_name(graph, group, len(groups))
         planner.plan(name, {o: graph.outputs[o] for o in group})
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
                        tuple(buffers + planner.temps), tuple(planner.derived),
-                       tuple(find_contractions(graph)))
+                       tuple(find_contractions(graph)), tuple(sorted(generic.items())))
+
+
+def _is_contraction_kernel(nodes: list[Node]) -> bool:
+    """One reduction, a sum of a product of two tensors that both have the summed axis."""
+    reductions = [n for n in nodes if n.op in REDUCE_OPS]
+    if len(reductions) != 1 or reductions[0].op != "sum" or reductions[0].inputs[0].op != "mul":
+        return False
+    axis = reductions[0].attr("axis")
+    return all(axis in i.axes for i in reductions[0].inputs[0].inputs)
 
 
 def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[str, Node]:
@@ -119,8 +138,9 @@ def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[
 
 
 class _Planner:
-    def __init__(self, graph, schedule, policy, sizes):
+    def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False):
         self.graph = graph
+        self.whole_contraction = whole_contraction
         self.schedule = schedule
         self.policy = policy
         self.sizes = dict(sizes)
@@ -136,6 +156,10 @@ class _Planner:
              kernel_schedule: KernelSchedule | None = None) -> None:
         nodes = topo_order(list(outputs.values()))
         axes = iteration_axes(nodes, self.axis_order)
+        if self.whole_contraction(name) and _is_contraction_kernel(nodes):
+            ks = self.schedule.for_kernel(name) if self.schedule is not None else KernelSchedule()
+            self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks, True))
+            return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
                                               self._itemsize(nodes))
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}

@@ -17,6 +17,9 @@ from plait.schedule.model import Schedule
 
 from . import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
+from .gemm_emulate import run_gemm_program
+from .gemm_plan import DEFAULTS as TENSOR_CORE_TARGETS
+from .gemm_plan import GemmProgram, NotAGemm, plan_gemm
 from .kernels import KernelGraph, build_kernel_graph
 from .layout import make_layout
 from .policy import resolve
@@ -25,26 +28,50 @@ from .thread import ThreadProgram, build_thread_program
 from .tile import TileProgram, build_tile_programs
 
 
+DEFAULT_TARGET = "sm_90a"
+
+
 @dataclass(frozen=True)
 class Lowered:
-    """Everything above LLVM for one algorithm, schedule and specialization."""
+    """Everything above LLVM for one algorithm, schedule and specialization. A contraction
+    kernel on tensor cores is a GemmProgram where the others have a ThreadProgram."""
     kernel_graph: KernelGraph
     tiles: tuple[TileProgram, ...]
-    threads: tuple[ThreadProgram, ...]
+    threads: tuple[ThreadProgram | GemmProgram, ...]
     sizes: dict
 
 
 def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-          aligned: bool) -> Lowered:
-    """Stages 2-4: kernel graph, tile programs, thread programs."""
+          aligned: bool, target: str = DEFAULT_TARGET) -> Lowered:
+    """Stages 2-4: kernel graph, tile programs, thread (or GEMM) programs.
+
+    Contraction kernels are first kept whole for the tensor cores; one the target's
+    instruction cannot take (the reason is in the kernel graph) is planned again as a
+    generic kernel."""
     policy = resolve(schedule.dtypes if schedule is not None else None)
-    kg = build_kernel_graph(graph, schedule, policy, sizes)
+    tensor_cores = target in TENSOR_CORE_TARGETS
+    generic: dict[str, str] = {}
+    while True:
+        kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic)
+        tiles = build_tile_programs(kg, policy)
+        gemms: dict[str, GemmProgram] = {}
+        for plan, tile in zip(kg.kernels, tiles):
+            if plan.contraction:
+                try:
+                    gemms[plan.name] = plan_gemm(tile, sizes, target, aligned,
+                                                 plan.schedule.contraction)
+                except NotAGemm as why:
+                    generic[plan.name] = str(why)
+        if all(p.name in gemms for p in kg.kernels if p.contraction):
+            break
     full = dict(sizes)
     for axis, src, tile in kg.derived:
         full[axis] = -(-full[src] // tile)
-    tiles = build_tile_programs(kg, policy)
     threads = []
     for plan, tile in zip(kg.kernels, tiles):
+        if plan.name in gemms:
+            threads.append(gemms[plan.name])
+            continue
         # A derived axis the kernel does not iterate over is one it writes partials along.
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
         layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes)
@@ -53,12 +80,15 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
 
 
 def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-                       aligned: bool) -> str:
+                       aligned: bool, target: str = DEFAULT_TARGET) -> str:
     """What a compiled program depends on beyond graph, schedule and target:
     fragment shapes and vector widths (sizes of gridded axes stay run-time)."""
-    low = lower(graph, schedule, sizes, aligned)
+    low = lower(graph, schedule, sizes, aligned, target)
     parts = [low.kernel_graph.text()]
     for t in low.threads:
+        if isinstance(t, GemmProgram):
+            parts.append(t.text())
+            continue
         parts.append(t.layout.text())
         parts.extend(f"{op.attr('buffer')}:{op.attr('vector')}" for op in t.ops
                      if op.op in ("load", "store"))
@@ -79,11 +109,15 @@ def entry_name(kernel_name: str) -> str:
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                     aligned: bool, target: str) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
+    from .gemm_sm90 import gemm_kernel
     from .llvm_backend import emit_ptx
-    low = lower(graph, schedule, sizes, aligned)
+    low = lower(graph, schedule, sizes, aligned, target)
     kernels = []
     for t in low.threads:
         entry = entry_name(t.name)
+        if isinstance(t, GemmProgram):
+            kernels.append(gemm_kernel(t, entry))
+            continue
         ptx = emit_ptx(t, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
@@ -93,9 +127,10 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
 
 
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-            inputs: dict[str, np.ndarray], scalars: dict[str, float]) -> dict[str, np.ndarray]:
-    """Run the lowered thread programs on the CPU; outputs keyed by output name."""
-    low = lower(graph, schedule, sizes, aligned=True)
+            inputs: dict[str, np.ndarray], scalars: dict[str, float],
+            target: str = DEFAULT_TARGET) -> dict[str, np.ndarray]:
+    """Run the lowered programs (as compiled for `target`) on the CPU; outputs by name."""
+    low = lower(graph, schedule, sizes, True, target)
     arrays: dict[str, np.ndarray] = {}
     for b in low.kernel_graph.buffers:
         if b.role == "input":
@@ -107,7 +142,10 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
         if not p.is_tensor and p.name not in values:
             values[p.name] = p.default
     for t in low.threads:
-        emulator.run_thread_program(t, low.sizes, arrays, values)
+        if isinstance(t, GemmProgram):
+            run_gemm_program(t, low.sizes, arrays, values)
+        else:
+            emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
 
 
@@ -125,14 +163,18 @@ STAGES = ("algorithm", "kernels", "tile", "thread", "llir", "ptx")
 def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                 aligned: bool, target: str) -> dict[str, str]:
     """The text of every stage, keyed by stage name (the `--dump` file names)."""
+    from .gemm_sm90 import emit_gemm_llvm_ir, gemm_ptx
     from .llvm_backend import emit_llvm_ir, llvm_to_ptx
-    low = lower(graph, schedule, sizes, aligned)
-    llir = [emit_llvm_ir(t, entry_name(t.name), target) for t in low.threads]
+    low = lower(graph, schedule, sizes, aligned, target)
+    llir = [emit_gemm_llvm_ir(t, entry_name(t.name)) if isinstance(t, GemmProgram)
+            else emit_llvm_ir(t, entry_name(t.name), target) for t in low.threads]
+    ptx = [gemm_ptx(ir, t, entry_name(t.name)) if isinstance(t, GemmProgram)
+           else llvm_to_ptx(ir, target) for ir, t in zip(llir, low.threads)]
     return {
         "algorithm": graph.text(),
         "kernels": low.kernel_graph.text(),
         "tile": "\n".join(t.text() for t in low.tiles),
         "thread": "\n".join(t.text() for t in low.threads),
         "llir": "\n".join(llir),
-        "ptx": "\n".join(llvm_to_ptx(ir, target) for ir in llir),
+        "ptx": "\n".join(ptx),
     }

@@ -148,7 +148,7 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     key_parts = {
         "graph": graph.text(),
         "schedule": sched_dict,
-        "specialization": pipeline.specialization_key(graph, schedule, sizes, aligned),
+        "specialization": pipeline.specialization_key(graph, schedule, sizes, aligned, target),
         "target": target,
         "version": plait.__version__,
         "compiler": compiler_fingerprint(),
@@ -210,14 +210,15 @@ def run(algo, *args, schedule=None, device: str = "auto", target: str | None = N
     if gpu:
         values = _run_gpu(graph, sched, sizes, infos, scalars, arch, like)
     else:
-        values = _run_cpu(graph, sched, sizes, infos, scalars, like)
+        values = _run_cpu(graph, sched, sizes, infos, scalars, like, arch)
     return binding.package_outputs(list(graph.outputs), values)
 
 
-def _run_cpu(graph, sched, sizes, infos, scalars, like) -> dict:
+def _run_cpu(graph, sched, sizes, infos, scalars, like, target) -> dict:
+    """The CPU executor runs the programs as they are compiled for `target`."""
     from plait.lowering import pipeline
     inputs = {name: arrays.to_numpy(info) for name, info in infos.items()}
-    outs = pipeline.emulate(graph, sched, sizes, inputs, scalars)
+    outs = pipeline.emulate(graph, sched, sizes, inputs, scalars, target)
     return {name: arrays.from_numpy(outs[name], like) for name in graph.outputs}
 
 

@@ -130,6 +130,12 @@ def kernel_arguments(kernel, pointers: dict[str, int], sizes: dict[str, int],
                 raise PlaitError(f"axis {arg.name} has extent {extent}; kernels index with "
                                  "32-bit integers (at most 2**31 - 1)")
             out.append((extent, ctypes.c_int32))
+        elif arg.kind == "tensormap":
+            from .tensormap import tensor_map
+            shape = tuple(int(sizes[axis]) for axis, _ in arg.box)
+            box = tuple(extent for _, extent in arg.box)
+            out.append((tensor_map(int(pointers[arg.name]), arg.dtype, shape, box,
+                                   kernel.name), None))
         elif arg.kind == "scalar":
             if arg.name not in scalars:
                 raise PlaitError(f"kernel {kernel.name} takes scalar {arg.name!r}, which the "

@@ -226,7 +226,8 @@ def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 
     if bx * by * bz > 1024:
         raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")
     set_dynamic_shared(func, shared, kernel)
-    holders = [ctype(value) for value, ctype in args]   # keep alive until the launch returns
+    # keep alive until the launch returns; a ctypes array (a tensor map) goes as it is
+    holders = [value if isinstance(value, ctypes.Array) else ctype(value) for value, ctype in args]
     params = (ctypes.c_void_p * max(len(holders), 1))(
         *[ctypes.addressof(h) for h in holders])
     _check(drv, drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, int(shared),
@@ -279,3 +280,29 @@ def synchronize(stream: int | None = None) -> None:
         _check(drv, drv.cuCtxSynchronize(), "cuCtxSynchronize")
     else:
         _check(drv, drv.cuStreamSynchronize(drv.CUstream(int(stream))), "cuStreamSynchronize")
+
+
+# ---------------------------------------------------------------- tensor maps
+
+_TENSOR_MAP_TYPES = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32",
+                     "fp8_e4m3": "UINT8", "fp8_e5m2": "UINT8"}
+
+
+def encode_tensor_map(ptr: int, dtype, dims: tuple[int, ...], strides: tuple[int, ...],
+                      box: tuple[int, ...], kernel: str | None = None) -> bytes:
+    """cuTensorMapEncodeTiled, innermost dimension first: `dims` in elements, `strides` in
+    bytes for dims[1:], `box` in elements; 128-byte swizzle, zero fill. The map's bytes."""
+    drv = _ready()
+    if dtype.short not in _TENSOR_MAP_TYPES:
+        raise CudaError(f"kernel {kernel}: no tensor map for {dtype} elements")
+    kind = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_TYPES[dtype.short])
+    rank = len(dims)
+    tmap = _check(drv, drv.cuTensorMapEncodeTiled(
+        kind, rank, int(ptr), [int(d) for d in dims], [int(s) for s in strides],
+        [int(b) for b in box], [1] * rank,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        f"encoding a tensor map (dims {dims}, box {box})", kernel)
+    return ctypes.string_at(int(tmap.getPtr()), 128)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from plait.dsl.dtypes import DType, dtype_of
 
+from .contraction import ContractionSchedule
+
 
 @dataclass(frozen=True)
 class AxisBlock:
@@ -95,6 +97,8 @@ class KernelSchedule:
       by default: on the H200 it cost 1-4% on rmsnorm, softmax and swiglu (2026-12-02).
     save: names of forward intermediates a gradient kernel reads back instead
       of recomputing (autodiff).
+    contraction: the tensor-core mapping of a kernel that is a contraction
+      (`schedule/contraction.py`); None lets the target's default choose.
     """
     grid: tuple[tuple[str, int], ...] = ()
     block: tuple[tuple[str, AxisBlock], ...] = ()
@@ -103,6 +107,7 @@ class KernelSchedule:
     save: tuple[str, ...] = ()
     occupancy: int | None = None
     cache_hints: bool = False
+    contraction: ContractionSchedule | None = None
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -135,6 +140,8 @@ class KernelSchedule:
             out["occupancy"] = self.occupancy
         if self.cache_hints:
             out["cache_hints"] = True
+        if self.contraction is not None:
+            out["contraction"] = self.contraction.to_dict()
         return out
 
     @staticmethod
@@ -152,6 +159,7 @@ class KernelSchedule:
             save=tuple(d.get("save") or ()),
             occupancy=None if d.get("occupancy") is None else int(d["occupancy"]),
             cache_hints=bool(d.get("cache_hints", False)),
+            contraction=ContractionSchedule.from_dict(d.get("contraction")),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -165,10 +173,13 @@ class KernelSchedule:
             save=override.save or self.save,
             occupancy=override.occupancy if override.occupancy is not None else self.occupancy,
             cache_hints=self.cache_hints or override.cache_hints,
+            contraction=(override.contraction if self.contraction is None
+                         else self.contraction.merged(override.contraction)),
         )
 
 
-KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints")
+KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints",
+               "contraction")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from plait.dsl.dtypes import NAMES, DType, dtype_of
 
+from .contraction import check_contraction
 from .errors import Problems
 from .model import KERNEL_KEYS, TOP_KEYS
 
@@ -80,6 +81,8 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
         p.add(prefix + "cache_hints", f"must be true or false, not {_kind(d['cache_hints'])}")
     if "reduction" in d and not isinstance(d["reduction"], str):
         p.add(prefix + "reduction", f"must be a name like 'two_stage', not {_kind(d['reduction'])}")
+    if d.get("contraction") is not None:
+        check_contraction(p, prefix + "contraction", d["contraction"])
     save = d.get("save")
     if save is not None:
         if isinstance(save, (list, tuple)):

@@ -101,7 +101,9 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
               f"not for the algorithm {graph.name!r}", schedule.algorithm, [graph.name])
     axes = tuple(graph.axis_order)
     for prefix, own, _ in specs:
-        for key, entries in (("grid", own.grid), ("block", own.block)):
+        tiles = own.contraction.tile if own.contraction is not None else ()
+        for key, entries in (("grid", own.grid), ("block", own.block),
+                             ("contraction.tile", tiles)):
             for axis, _ in entries:
                 if axis not in axes:
                     p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)

@@ -26,7 +26,7 @@ def fake_emulator(monkeypatch):
     """The CPU executor replaced by the float64 reference, recording what it was given."""
     calls = []
 
-    def emulate(graph, schedule, sizes, inputs, scalars):
+    def emulate(graph, schedule, sizes, inputs, scalars, target=None):
         calls.append(dict(graph=graph, schedule=schedule, sizes=sizes, inputs=inputs,
                           scalars=scalars))
         out = plait.dsl.evaluate(graph, {**inputs, **scalars})

@@ -1,0 +1,90 @@
+"""plait vs cuBLAS (through torch) and a Triton kernel on contractions, in one run.
+
+    python bench/matmul.py [--out bench/results_matmul.md] [--quick]
+
+TFLOP/s counts 2*M*N*K. Each contender is timed as a CUDA graph replay (median of
+triton.testing.do_bench); the table gives plait's ratio to each peer.
+"""
+import argparse
+import datetime
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+import triton  # noqa: E402
+import triton_matmul  # noqa: E402
+from timing import both  # noqa: E402
+
+import plait  # noqa: E402
+
+
+def _randn(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+def workloads(quick: bool):
+    from matmul import matmul
+    from matmul_bias_gelu import matmul_bias_gelu
+    from matmul_fp8 import matmul_fp8
+    shapes = [("bf16", 1024, 1024, 1024), ("bf16", 4096, 4096, 4096), ("bf16", 8192, 8192, 8192),
+              ("fp16", 4096, 4096, 4096), ("bf16", 4096, 14336, 4096),
+              ("bf16", 8192, 8192, 1024)]
+    if quick:
+        shapes = shapes[1:3]
+    for kind, M, N, K in shapes:
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+        a, b = _randn(M, K, dtype=dtype), _randn(K, N, dtype=dtype)
+        yield (f"{kind} {M}x{N}x{K}", 2 * M * N * K, {
+            "plait": lambda a=a, b=b: plait.run(matmul, a, b),
+            "cuBLAS": lambda a=a, b=b: a @ b,
+            "triton": lambda a=a, b=b: triton_matmul.matmul(a, b)})
+    M = N = K = 4096
+    a8 = _randn(M, K, dtype=torch.float8_e4m3fn)
+    b8 = _randn(N, K, dtype=torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    yield ("fp8 e4m3 4096^3 (bf16 out)", 2 * M * N * K, {
+        "plait": lambda: plait.run(matmul_fp8, a8, b8, scale_a=1.0, scale_b=1.0),
+        "cuBLAS": lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16)})
+    a, b, bias = _randn(M, K), _randn(K, N), _randn(N)
+    yield ("bf16 4096^3 + bias + GELU", 2 * M * N * K, {
+        "plait": lambda: plait.run(matmul_bias_gelu, a, b, bias),
+        "cuBLAS": lambda: F.gelu(a @ b + bias),
+        "triton": lambda: triton_matmul.matmul(a, b, bias)})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    peers = ("cuBLAS", "triton")
+    lines = ["| workload | plait TFLOP/s | cuBLAS | triton | plait / cuBLAS | plait / triton |",
+             "|---|---|---|---|---|---|"]
+    for name, flops, fns in workloads(args.quick):
+        tf = {}
+        for who, fn in fns.items():
+            call, replay = both(fn)
+            tf[who] = flops / replay / 1e9
+            print(f"  {name:32s} {who:8s} call {call:.4f} ms  replay {replay:.4f} ms "
+                  f"{tf[who]:.0f} TFLOP/s", flush=True)
+        cells = [f"{tf[p]:.0f}" if p in tf else "-" for p in peers]
+        ratios = [f"{tf['plait'] / tf[p]:.2f}" if p in tf else "-" for p in peers]
+        lines.append(f"| {name} | {tf['plait']:.0f} | " + " | ".join(cells) + " | "
+                     + " | ".join(ratios) + " |")
+    stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "
+             f"{torch.__version__} · triton {triton.__version__} · CUDA graph replay medians")
+    table = stamp + "\n\n" + "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""fp8 matrix product with per-tensor scales, written out in bf16. B is stored [N, K]
+(K innermost), as fp8 tensor cores read both operands."""
+from plait.dsl import Tensor, algorithm, cast, sum
+
+
+@algorithm
+def matmul_fp8(a: Tensor["M", "K"], b: Tensor["N", "K"], scale_a: float = 1.0,
+               scale_b: float = 1.0):
+    return cast(sum(a * b, over="K") * (scale_a * scale_b), "bf16")

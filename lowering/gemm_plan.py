@@ -1,0 +1,262 @@
+"""Contraction kernels on tensor cores: matching a tile program and planning its GEMM.
+
+A kernel whose tile program is one `sum(x * y, over=K)` of two loaded operands,
+followed only by elementwise ops and one store, is a GEMM with an epilogue:
+
+    %a = load a[M,K]   %b = load b[K,N]   (converts to fp32 registers)
+    %p = mul %a' %b'   %s = sum %p axis=K
+    ... elementwise ops on %s, loads of [M]/[N]/[M,N] tensors, params ...
+    store out[M,N]
+
+`plan_gemm` checks that the target's tensor-core instruction can take it
+(dtypes, storage orders, tile shapes, shared memory) and returns a
+`GemmProgram`: operands, roles, tiles and the epilogue ops, which
+`gemm_sm90` compiles and `gemm_emulate` runs on the CPU. Operands are
+assigned so that the output's contiguous axis is the N role (D^T = B^T A^T).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
+from plait.schedule.contraction import ContractionSchedule
+
+from .artifact import Buffer
+from .tile import TileOp, TileProgram
+
+SWIZZLE_BYTES = 128             # one swizzle row: BK for K-major, 64 elements for MN-major
+SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
+MAX_ACC_REGS = 128              # fp32 accumulators per consumer thread that leave room to work
+WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
+               DType.FP8_E5M2: "e5m2"}
+DEFAULTS = {"sm_90a": ContractionSchedule(tile=(), stages=4, warpgroups=2, raster=8,
+                                          instruction="wgmma")}
+
+
+class NotAGemm(Exception):
+    """The kernel is no tensor-core contraction (the reason says why); it runs generically."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    buffer: Buffer
+    k_major: bool              # K is the innermost (contiguous) axis of its storage
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True)
+class GemmProgram:
+    name: str
+    target: str
+    m: str
+    n: str
+    k: str
+    batch: tuple[str, ...]
+    a: Operand                 # the operand over M and K
+    b: Operand                 # over N and K
+    out: Buffer
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    consumers: int             # consumer warpgroups, tile_m / 64 rows each
+    raster: int
+    acc: TileOp                # the sum: its id names the accumulator, its round the
+                               # accumulate dtype applied after the loop
+    epilogue: tuple[TileOp, ...]   # ops after the sum, ending in the store
+    buffers: tuple[Buffer, ...]    # kernel-argument order: operands, epilogue reads, output
+    scalars: tuple[tuple[str, DType], ...]
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.tile_m + self.tile_n) * self.tile_k * self.a.dtype.itemsize
+
+    @property
+    def out_bytes(self) -> int:
+        return self.tile_m * self.tile_n * self.out.dtype.itemsize
+
+    @property
+    def shared_bytes(self) -> int:
+        # Stages, then the output tile (it may reuse the stages once the loop is done),
+        # then 2 mbarriers per stage; 1 KiB of slack to align the base to 1024.
+        tiles = max(self.stages * self.stage_bytes, self.out_bytes)
+        return 1024 + tiles + 16 * self.stages
+
+    @property
+    def grid(self) -> tuple[tuple[str, int], ...]:
+        return ((self.m, self.tile_m), (self.n, self.tile_n)) + tuple((a, 1) for a in self.batch)
+
+    @property
+    def size_args(self) -> tuple[str, ...]:
+        names = {self.m, self.n, self.k, *self.batch}
+        for b in self.buffers:
+            names.update(b.axes)
+        return tuple(sorted(names))
+
+    def text(self) -> str:
+        def operand(o: Operand):
+            return f"{o.buffer.name}:{o.dtype}[{','.join(o.buffer.axes)}] " \
+                   f"{'K' if o.k_major else 'MN'}-major"
+        lines = [f"gemm program {self.name} on {self.target}: [{self.m}] x [{self.n}] over "
+                 f"{self.k}" + (f" batch [{','.join(self.batch)}]" if self.batch else ""),
+                 f"  A {operand(self.a)}; B {operand(self.b)}; out {self.out.name}:"
+                 f"{self.out.dtype}[{','.join(self.out.axes)}]",
+                 f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
+                 f"consumers {self.consumers} raster {self.raster} threads {self.threads} "
+                 f"shared {self.shared_bytes} bytes"]
+        for op in self.epilogue:
+            args = " ".join(f"%{a}" for a in op.args)
+            attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
+            body = " ".join(x for x in (op.op, args, attrs) if x)
+            lines.append(f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]")
+        return "\n".join(lines) + "\n"
+
+
+def _chain(ops: dict[int, TileOp], vid: int) -> tuple[TileOp, list[int]]:
+    """Follow an operand back through converts (and no-op rounds) to its load."""
+    seen = []
+    op = ops[vid]
+    while op.op in ("convert", "round"):
+        if op.op == "round":
+            src = ops[op.args[0]]
+            if not (src.op == "convert" and ops[src.args[0]].op == "load"
+                    and ops[src.args[0]].dtype == op.attr("round")):
+                raise NotAGemm(f"operand %{vid} is rounded to {op.attr('round')} on the way "
+                               "to the product; tensor cores read operands as stored")
+        seen.append(op.id)
+        op = ops[op.args[0]]
+    if op.op != "load":
+        raise NotAGemm(f"operand %{vid} is computed ({op.op}), not loaded; tensor cores "
+                       "read operands from memory")
+    return op, seen + [op.id]
+
+
+def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int]]:
+    """(sum op, load of x, load of y, ids of the operand chains) or NotAGemm."""
+    ops = {op.id: op for op in tile.ops}
+    reductions = [op for op in tile.ops if op.op in ("sum", "max", "min")]
+    if len(reductions) != 1 or reductions[0].op != "sum":
+        raise NotAGemm("not exactly one sum in the kernel")
+    total = reductions[0]
+    prod = ops[total.args[0]]
+    if prod.op != "mul":
+        raise NotAGemm("the sum is not of a product")
+    if prod.attr("round") is not None:
+        raise NotAGemm(f"compute {prod.attr('round')} rounds every product before the sum; "
+                       "tensor cores keep products exact (use compute: fp32)")
+    x, xs = _chain(ops, prod.args[0])
+    y, ys = _chain(ops, prod.args[1])
+    chain = set(xs) | set(ys) | {prod.id}
+    for op in tile.ops:   # operand values must feed only the product
+        if op.id not in chain and op.id != total.id and any(a in chain for a in op.args):
+            raise NotAGemm(f"%{op.id} ({op.op}) uses an operand of the product outside it")
+    stores = [op for op in tile.ops if op.op == "store"]
+    if len(stores) != 1:
+        raise NotAGemm("a contraction kernel writes one output")
+    return total, x, y, chain
+
+
+def _operand_dtype_problem(a: DType, b: DType, tf32: bool) -> str | None:
+    if a in WGMMA_TYPES and b in WGMMA_TYPES:
+        if (a.bits == 8) != (b.bits == 8) or (a.bits == 16 and a != b):
+            return f"wgmma multiplies bf16 x bf16, fp16 x fp16 or fp8 x fp8, not {a} x {b}"
+        return None
+    if a == b == DType.FP32:
+        return None if tf32 else ("fp32 operands run on tensor cores only as tf32; set "
+                                  "contraction.tf32: true to allow it")
+    return f"no tensor-core instruction multiplies {a} x {b}"
+
+
+def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
+              schedule: ContractionSchedule | None) -> GemmProgram:
+    """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
+    (or the target has none), PlaitError when the schedule asks for what cannot be."""
+    if target not in DEFAULTS:
+        raise NotAGemm(f"no tensor-core lowering for {target} yet")
+    sched = DEFAULTS[target].merged(schedule)
+    total, x, y, chain = match(tile)
+    buffers = {b.name: b for b in tile.buffers}
+    k = total.attr("axis")
+    store = [op for op in tile.ops if op.op == "store"][0]
+    out = buffers[store.attr("buffer")]
+    xa, ya = buffers[x.attr("buffer")].axes, buffers[y.attr("buffer")].axes
+    batch = tuple(a for a in xa if a in ya and a != k)
+    mx = [a for a in xa if a not in ya]
+    ny = [a for a in ya if a not in xa]
+    if len(mx) != 1 or len(ny) != 1:
+        raise NotAGemm(f"operands over [{','.join(xa)}] and [{','.join(ya)}]: one free axis "
+                       "each is what tensor cores take")
+    if set(out.axes) != {mx[0], ny[0], *batch}:
+        raise NotAGemm(f"the output [{','.join(out.axes)}] is not over the contraction's "
+                       "free and batch axes")
+    # The output's contiguous axis is N: its rows are what the epilogue writes.
+    if out.axes[-1] == mx[0]:
+        x, y, mx, ny = y, x, ny, mx
+    elif out.axes[-1] != ny[0]:
+        raise NotAGemm("the output's innermost axis is a batch axis")
+    a_buf, b_buf = buffers[x.attr("buffer")], buffers[y.attr("buffer")]
+    a = Operand(a_buf, a_buf.axes[-1] == k)
+    b = Operand(b_buf, b_buf.axes[-1] == k)
+    for o in (a, b):
+        if o.buffer.axes[-1] in batch:
+            raise NotAGemm(f"{o.buffer.name}'s innermost axis is a batch axis")
+    problem = _operand_dtype_problem(a.dtype, b.dtype, sched.tf32)
+    if problem is None and a.dtype == DType.FP32:
+        problem = "tf32 contractions are not lowered yet"
+    if problem:
+        raise NotAGemm(problem)
+    es = a.dtype.itemsize
+    if es == 1 and not (a.k_major and b.k_major):
+        raise NotAGemm("wgmma reads fp8 operands K-major only: store both with K innermost "
+                       "(e.g. B as [N, K])")
+    for name, buf in (("A", a.buffer), ("B", b.buffer), ("out", out)):
+        inner = sizes[buf.axes[-1]] * buf.dtype.itemsize
+        if len(buf.axes) > 1 and inner % 16:
+            raise NotAGemm(f"{buf.name}'s rows are {inner} bytes, not a multiple of 16: the "
+                           "tensor memory accelerator cannot address them")
+    if not aligned:
+        raise NotAGemm("array addresses are not 16-byte aligned")
+    tiles = sched.tiles
+    tm, tn = tiles.get(mx[0], 128), tiles.get(ny[0], 256 if es == 2 else 256)
+    tk = tiles.get(k, SWIZZLE_BYTES // es)
+    consumers = sched.warpgroups
+    where = f"kernel {tile.name}: contraction"
+    if tk * es != SWIZZLE_BYTES:
+        raise PlaitError(f"{where}.tile.{k}: {tk} x {es}-byte elements; a reduction tile is "
+                         f"one {SWIZZLE_BYTES}-byte swizzle row ({SWIZZLE_BYTES // es} elements)")
+    if tm != 64 * consumers:
+        raise PlaitError(f"{where}.tile.{mx[0]}: {tm}; each of the {consumers} consumer "
+                         f"warpgroups takes 64 rows, so the tile is {64 * consumers}")
+    if tn % 64 or not 64 <= tn <= 256:
+        raise PlaitError(f"{where}.tile.{ny[0]}: {tn}; wgmma's N is a multiple of 64 here, "
+                         "64 to 256")
+    if tn // 2 > MAX_ACC_REGS:
+        raise PlaitError(f"{where}: {tn // 2} accumulators per thread is over {MAX_ACC_REGS}")
+    if sched.instruction not in (None, "wgmma"):
+        raise PlaitError(f"{where}.instruction: {sched.instruction} is not lowered for {target}")
+    plan = GemmProgram(
+        tile.name, target, mx[0], ny[0], k, batch, a, b, out, tm, tn, tk, sched.stages,
+        consumers, sched.raster, total,
+        tuple(op for op in tile.ops if op.id not in chain and op.id != total.id),
+        _argument_order(tile, a, b, out), tile.scalars)
+    if plan.shared_bytes > SMEM_LIMIT:
+        raise PlaitError(f"{where}: {plan.stages} stages of {plan.stage_bytes} bytes need "
+                         f"{plan.shared_bytes} bytes of shared memory; sm_90 has {SMEM_LIMIT}")
+    for op in plan.epilogue:
+        if op.op == "load" and k in buffers[op.attr("buffer")].axes:
+            raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
+    return plan
+
+
+def _argument_order(tile: TileProgram, a: Operand, b: Operand, out: Buffer):
+    rest = [buf for buf in tile.buffers if buf.name not in (a.buffer.name, b.buffer.name,
+                                                             out.name)]
+    return (a.buffer, b.buffer, *rest, out)

@@ -1,0 +1,337 @@
+"""Stage 5 for contractions on sm_90a: a GemmProgram as a warp-specialized wgmma kernel.
+
+One block computes a tile_m x tile_n output tile. Warpgroup 0 is the producer: one
+thread walks the K tiles, and for each waits until its shared-memory stage is free,
+then has the tensor memory accelerator copy the A and B tiles into it (128-byte
+swizzled), completing on the stage's `full` mbarrier. Warpgroups 1..C consume: each
+waits for a stage, issues wgmma over it for its 64 rows, and releases the stage on
+its `empty` mbarrier. After the loop the consumers run the epilogue on their
+accumulators, write the output tile to shared memory (swizzled as the output's
+tensor map reads it) and one thread stores it with the TMA, which clips at the
+edges. Out-of-range input elements arrive as zeros.
+
+    shared memory: [stage 0: A | B] ... [stage S-1: A | B] [full x S] [empty x S]
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from plait.dsl.dtypes import DType
+
+from . import ops_llvm as L
+from . import ptx_async as P
+from .artifact import CompiledKernel, KernelArg
+from .gemm_epilogue import EpilogueEmitter
+from .gemm_plan import SWIZZLE_BYTES, WGMMA_TYPES, GemmProgram
+
+PRODUCER_REGS = 40
+TMAP_TYPE = ir.PointerType(ir.ArrayType(L.I8, 128))
+
+
+def operand_box(g: GemmProgram, which: str) -> tuple[tuple[str, int], ...]:
+    """(axis, box extent) per axis of an operand's storage, as its tensor map copies it."""
+    op = g.a if which == "a" else g.b
+    rows_axis, rows = (g.m, g.tile_m) if which == "a" else (g.n, g.tile_n)
+    swizzle_elems = SWIZZLE_BYTES // op.dtype.itemsize
+    box = {g.k: g.tile_k, rows_axis: rows if op.k_major else swizzle_elems}
+    return tuple((a, box.get(a, 1)) for a in op.buffer.axes)
+
+
+def out_box(g: GemmProgram) -> tuple[tuple[str, int], ...]:
+    box = {g.n: SWIZZLE_BYTES // g.out.dtype.itemsize, g.m: g.tile_m}
+    return tuple((a, box.get(a, 1)) for a in g.out.axes)
+
+
+def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
+    args = [KernelArg(g.a.buffer.name, "tensormap", g.a.dtype, operand_box(g, "a")),
+            KernelArg(g.b.buffer.name, "tensormap", g.b.dtype, operand_box(g, "b")),
+            KernelArg(g.out.name, "tensormap", g.out.dtype, out_box(g))]
+    args += [KernelArg(b.name, "buffer", b.dtype) for b in g.buffers]
+    args += [KernelArg(a, "size", DType.INT32) for a in g.size_args]
+    args += [KernelArg(name, "scalar", dt) for name, dt in g.scalars]
+    return tuple(args)
+
+
+def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
+    """PTX with the block size and one block per SM declared: ptxas then caps registers
+    at entry, which `setmaxnreg` needs to move registers between the warpgroups."""
+    from .llvm_backend import launch_bounds, llvm_to_ptx
+    return launch_bounds(llvm_to_ptx(llvm_ir, g.target), entry, g.threads, 1)
+
+
+def gemm_kernel(g: GemmProgram, entry: str) -> CompiledKernel:
+    ptx = gemm_ptx(emit_gemm_llvm_ir(g, entry), g, entry)
+    return CompiledKernel(g.name, entry, g.target, ptx, kernel_args(g), g.threads, g.grid,
+                          g.shared_bytes, g.shared_bytes)
+
+
+def emit_gemm_llvm_ir(g: GemmProgram, entry: str) -> str:
+    return str(_GemmEmitter(g, entry).module)
+
+
+def _loop(b: ir.IRBuilder, fn, count, carried: list, body) -> list:
+    """for i in range(count): carried = body(i, carried); returns the final carried values."""
+    head, work, done = (fn.append_basic_block(n) for n in ("loop", "body", "done"))
+    start = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(L.I32)
+    i.add_incoming(L.i32(0), start)
+    phis = []
+    for v in carried:
+        p = b.phi(v.type)
+        p.add_incoming(v, start)
+        phis.append(p)
+    b.cbranch(b.icmp_signed("<", i, count), work, done)
+    b.position_at_end(work)
+    new = body(i, phis)
+    i.add_incoming(b.add(i, L.i32(1)), b.block)
+    for p, v in zip(phis, new):
+        p.add_incoming(v, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return phis
+
+
+class _GemmEmitter:
+    def __init__(self, g: GemmProgram, entry: str):
+        self.g = g
+        self.module = ir.Module(name=g.name)
+        self.module.triple = "nvptx64-nvidia-cuda"
+        self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+        self.intr = L.Intrinsics(self.module)
+        types, keys = [], []
+        for name in ("a", "b", "out"):
+            types.append(TMAP_TYPE)
+            keys.append(("tensormap", name))
+        for buf in g.buffers:
+            types.append(ir.PointerType(L.I8, 1))
+            keys.append(("buffer", buf.name))
+        for axis in g.size_args:
+            types.append(L.I32)
+            keys.append(("size", axis))
+        for name, dt in g.scalars:
+            types.append(L.REGISTER[DType.FP32 if dt.is_float else dt])
+            keys.append(("scalar", name))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=entry)
+        fn.calling_convention = "ptx_kernel"
+        self.fn = fn
+        for i in range(3):
+            fn.args[i].add_attribute("byval")
+            fn.args[i].attributes.align = 64
+            md = self.module.add_metadata([fn, ir.MetaDataString(self.module, "grid_constant"),
+                                           self.module.add_metadata([L.i32(i + 1)])])
+            self.module.add_named_metadata("nvvm.annotations", md)
+        self.args = dict(zip(keys, fn.args))
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        smem = ir.GlobalVariable(self.module, ir.ArrayType(L.I8, 0), name="plait_gemm_smem",
+                                 addrspace=3)
+        smem.linkage = "external"
+        smem.align = 1024
+        self.smem = smem
+        self._body()
+
+    # ---- addresses and indices ------------------------------------------------------
+    def sreg(self, name):
+        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
+
+    def size(self, axis):
+        return self.args[("size", axis)]
+
+    def tmap(self, name):
+        return self.b.ptrtoint(self.args[("tensormap", name)], L.I64)
+
+    def _body(self) -> None:
+        g, b = self.g, self.b
+        raw = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
+        self.base = b.and_(b.add(raw, L.i32(1023)), L.i32(-1024))
+        bars = b.add(self.base, L.i32(max(g.stages * g.stage_bytes, g.out_bytes)))
+        self.full = [b.add(bars, L.i32(8 * s)) for s in range(g.stages)]
+        self.empty = [b.add(bars, L.i32(8 * (g.stages + s))) for s in range(g.stages)]
+        tid = self.sreg("tid.x")
+        self.tid = tid
+        self._tile_coordinates()
+        k_tiles = b.sdiv(b.add(self.size(g.k), L.i32(g.tile_k - 1)), L.i32(g.tile_k))
+        with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
+            for s in range(g.stages):
+                P.mbarrier_init(b, self.full[s], 1)
+                P.mbarrier_init(b, self.empty[s], g.consumers)
+            for name in ("a", "b", "out"):
+                P.prefetch_tensormap(b, self.tmap(name))
+            P.fence_barrier_init(b)
+        self.intr.call(b, "llvm.nvvm.barrier0", ir.VoidType(), [])
+        warpgroup = b.lshr(tid, L.i32(7))
+        with b.if_else(b.icmp_unsigned("==", warpgroup, L.i32(0))) as (producer, consumer):
+            with producer:
+                if g.consumers > 1:
+                    P.setmaxnreg(b, PRODUCER_REGS, False)
+                with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
+                    self._produce(k_tiles)
+            with consumer:
+                if g.consumers > 1:
+                    P.setmaxnreg(b, self._consumer_regs(), True)
+                self._consume(k_tiles, b.sub(warpgroup, L.i32(1)), b.and_(tid, L.i32(127)))
+        b.ret_void()
+
+    def _consumer_regs(self) -> int:
+        spare = 65536 - 128 * PRODUCER_REGS
+        return min(256, spare // (128 * self.g.consumers) // 8 * 8)
+
+    def _tile_coordinates(self) -> None:
+        """Block -> (batch, row block, column block), rows grouped `raster` at a time
+        (the same mapping as `gemm_emulate.tile_of`)."""
+        g, b = self.g, self.b
+        grid_m = b.sdiv(b.add(self.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m))
+        grid_n = b.sdiv(b.add(self.size(g.n), L.i32(g.tile_n - 1)), L.i32(g.tile_n))
+        pid = self.sreg("ctaid.x")
+        per_batch = b.mul(grid_m, grid_n)
+        batch = b.udiv(pid, per_batch)
+        pid = b.urem(pid, per_batch)
+        width = b.mul(L.i32(g.raster), grid_n)
+        first = b.mul(b.udiv(pid, width), L.i32(g.raster))
+        left = b.sub(grid_m, first)
+        rows = b.select(b.icmp_signed("<", left, L.i32(g.raster)), left, L.i32(g.raster))
+        within = b.urem(pid, width)
+        self.m0 = b.mul(b.add(first, b.urem(within, rows)), L.i32(g.tile_m))
+        self.n0 = b.mul(b.udiv(within, rows), L.i32(g.tile_n))
+        self.batch_index = {}
+        for axis in reversed(g.batch):      # the last batch axis varies fastest
+            self.batch_index[axis] = b.urem(batch, self.size(axis))
+            batch = b.udiv(batch, self.size(axis))
+
+    def _coords(self, axes_box, at: dict) -> list:
+        """Tensor-map coordinates (innermost first) of a box whose corner is `at`."""
+        return [at[a] if a in at else self.batch_index.get(a, L.i32(0))
+                for a, _ in reversed(axes_box)]
+
+    # ---- producer ------------------------------------------------------------------
+    def _produce(self, k_tiles) -> None:
+        g, b = self.g, self.b
+        a_bytes = g.tile_m * g.tile_k * g.a.dtype.itemsize
+
+        def step(kt, carried):
+            stage, phase = carried
+            k0 = b.mul(kt, L.i32(g.tile_k))
+            full = b.add(self.full[0], b.mul(stage, L.i32(8)))
+            with b.if_then(b.icmp_signed(">=", kt, L.i32(g.stages))):
+                # the consumers' release of this stage's previous use
+                P.mbarrier_wait(b, b.add(self.empty[0], b.mul(stage, L.i32(8))),
+                                b.xor(phase, L.i32(1)))
+            P.mbarrier_expect_tx(b, full, g.stage_bytes)
+            dst = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
+            self._load_operand("a", dst, k0, self.m0, g.tile_m, full)
+            self._load_operand("b", b.add(dst, L.i32(a_bytes)), k0, self.n0, g.tile_n, full)
+            return self._advance(stage, phase)
+        _loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)], step)
+
+    def _advance(self, stage, phase):
+        b = self.b
+        wrap = b.icmp_unsigned("==", stage, L.i32(self.g.stages - 1))
+        return [b.select(wrap, L.i32(0), b.add(stage, L.i32(1))),
+                b.select(wrap, b.xor(phase, L.i32(1)), phase)]
+
+    def _load_operand(self, which, dst, k0, row0, rows, bar) -> None:
+        g, b = self.g, self.b
+        op = g.a if which == "a" else g.b
+        rows_axis = g.m if which == "a" else g.n
+        box = operand_box(g, which)
+        if op.k_major:
+            P.tma_load(b, dst, self.tmap(which), self._coords(box, {g.k: k0, rows_axis: row0}),
+                       bar)
+            return
+        chunk = SWIZZLE_BYTES // op.dtype.itemsize      # MN-major: 64-wide column boxes
+        for i in range(rows // chunk):
+            at = {g.k: k0, rows_axis: b.add(row0, L.i32(i * chunk))}
+            P.tma_load(b, b.add(dst, L.i32(i * g.tile_k * SWIZZLE_BYTES)), self.tmap(which),
+                       self._coords(box, at), bar)
+
+    # ---- consumers -----------------------------------------------------------------
+    def _descriptors(self, stage_base, consumer, kk):
+        """wgmma descriptors of step kk (k elements kk*K_STEP..) of this consumer's A rows
+        and the block's B columns, in stage memory at `stage_base`."""
+        g, b = self.g, self.b
+        es = g.a.dtype.itemsize
+        k_step = 32 // es
+        a_base = b.add(stage_base, b.mul(consumer, L.i32(64 * g.tile_k * es)))
+        b_base = b.add(stage_base, L.i32(g.tile_m * g.tile_k * es))
+        descs = []
+        for base, op in ((a_base, g.a), (b_base, g.b)):
+            if op.k_major:    # rows of 128 bytes, 8-row groups 1024 apart; k moves in a row
+                addr = b.add(base, L.i32(kk * k_step * es))
+                descs.append(P.smem_descriptor(b, addr, 16, 1024))
+            else:             # 64-wide column boxes of tile_k rows; k moves down the rows
+                addr = b.add(base, L.i32(kk * k_step * SWIZZLE_BYTES))
+                descs.append(P.smem_descriptor(b, addr, g.tile_k * SWIZZLE_BYTES, 1024))
+        return descs
+
+    def _consume(self, k_tiles, consumer, thread) -> None:
+        g, b = self.g, self.b
+        es = g.a.dtype.itemsize
+        kind_a, kind_b = WGMMA_TYPES[g.a.dtype], WGMMA_TYPES[g.b.dtype]
+        k_step = 32 // es
+        first_thread = b.zext(b.icmp_unsigned("==", thread, L.i32(0)), L.I32)
+        acc0 = [L.f32(0.0)] * (g.tile_n // 2)
+
+        def step(kt, carried):
+            stage, phase, acc = carried[0], carried[1], carried[2:]
+            stage_base = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
+            full = b.add(self.full[0], b.mul(stage, L.i32(8)))
+            empty = b.add(self.empty[0], b.mul(stage, L.i32(8)))
+            P.mbarrier_wait(b, full, phase)
+            P.wgmma_fence(b)
+            for kk in range(g.tile_k // k_step):
+                da, db = self._descriptors(stage_base, consumer, kk)
+                acc = P.wgmma(b, acc, da, db, g.tile_n, k_step, kind_a, kind_b,
+                              not g.a.k_major, not g.b.k_major)
+            P.wgmma_commit(b)
+            acc = P.wgmma_wait(b, acc)
+            P.mbarrier_arrive_if(b, empty, first_thread)
+            return self._advance(stage, phase) + acc
+        final = _loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)] + acc0, step)
+        self._epilogue(final[2:], consumer, thread)
+
+    # ---- epilogue ------------------------------------------------------------------
+    def _epilogue(self, acc, consumer, thread) -> None:
+        """Epilogue ops per accumulator, the output tile to shared memory, one TMA store."""
+        g, b = self.g, self.b
+        consumers = 128 * g.consumers
+        P.named_barrier(b, 1, consumers)      # every consumer is done reading the stages
+        warp, lane = b.lshr(thread, L.i32(5)), b.and_(thread, L.i32(31))
+        row = b.add(b.mul(consumer, L.i32(64)), b.add(b.mul(warp, L.i32(16)),
+                                                     b.lshr(lane, L.i32(2))))
+        col = b.mul(b.and_(lane, L.i32(3)), L.i32(2))
+        index = {g.m: b.add(self.m0, row), g.n: b.add(self.n0, col), **self.batch_index}
+        epi = EpilogueEmitter(self, index, (g.m, g.n))
+        out_es = g.out.dtype.itemsize
+        chunk = SWIZZLE_BYTES // out_es            # output columns per swizzled box
+        for j in range(g.tile_n // 8):
+            for half in (0, 1):                    # rows +0 and +8 of this thread
+                r = b.add(row, L.i32(8 * half))
+                bits = [epi.value(acc[4 * j + 2 * half + e], {g.m: 8 * half, g.n: 8 * j + e})
+                        for e in (0, 1)]
+                c = 8 * j                          # + col, a multiple of 2
+                box_base = (c // chunk) * g.tile_m * SWIZZLE_BYTES
+                byte = b.add(b.mul(col, L.i32(out_es)), L.i32((c % chunk) * out_es))
+                swz = b.xor(b.lshr(byte, L.i32(4)), b.and_(r, L.i32(7)))
+                addr = b.add(b.add(self.base, L.i32(box_base)),
+                             b.add(b.mul(r, L.i32(SWIZZLE_BYTES)),
+                                   b.or_(b.shl(swz, L.i32(4)), b.and_(byte, L.i32(15)))))
+                self._store_pair(addr, bits, out_es)
+        P.fence_async_shared(b)
+        P.named_barrier(b, 1, consumers)
+        with b.if_then(b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread),
+                                       L.i32(0))):
+            box = out_box(g)
+            for q in range(g.tile_n // chunk):
+                at = {g.m: self.m0, g.n: b.add(self.n0, L.i32(q * chunk))}
+                P.tma_store(b, self.tmap("out"), self._coords(box, at),
+                            b.add(self.base, L.i32(q * g.tile_m * SWIZZLE_BYTES)))
+            P.tma_store_wait(b)
+
+    def _store_pair(self, addr, bits, es) -> None:
+        b = self.b
+        width = {1: L.I16, 2: L.I32, 4: L.I64}[es]
+        lo = b.zext(bits[0], width)
+        hi = b.shl(b.zext(bits[1], width), ir.Constant(width, 8 * es))
+        ptr = b.inttoptr(b.zext(addr, L.I64), ir.PointerType(width, 3))
+        b.store(b.or_(lo, hi), ptr)

@@ -1,0 +1,121 @@
+"""Tier 2: contractions on the H200's tensor cores against torch in float64, odd shapes."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+import plait  # noqa: E402
+from plait.runtime.api import compile as plait_compile  # noqa: E402
+from plait.runtime.tolerance import max_rel_err  # noqa: E402
+from plait.schedule.lookup import find_schedule  # noqa: E402
+
+import contraction_cases as cc  # noqa: E402
+from matmul import matmul  # noqa: E402
+from matmul_bias_gelu import matmul_bias_gelu  # noqa: E402
+from matmul_fp8 import matmul_fp8  # noqa: E402
+from bmm import bmm  # noqa: E402
+
+TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float8_e4m3fn: 2e-2}
+SHAPES = [(257, 136, 72), (1000, 520, 264), (128, 256, 64), (2048, 1536, 2048), (64, 8, 8)]
+DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3",
+      torch.float8_e5m2: "fp8_e5m2"}
+
+
+def rand(gen, *shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
+
+
+def on_tensor_cores(algo, args: dict, sizes, schedule=None):
+    dtypes = {k: DT[v.dtype] for k, v in args.items() if isinstance(v, torch.Tensor)}
+    program = plait_compile(algo, dtypes, sizes, schedule=schedule)
+    return any(a.kind == "tensormap" for k in program.kernels for a in k.args)
+
+
+def check(out, ref, tol):
+    torch.cuda.synchronize()
+    err = max_rel_err(out.double().cpu().numpy(), ref.cpu().numpy())
+    assert err < tol, f"max rel err {err:.3g} over {tol}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matmul(shape, dtype):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(M * 7 + N)
+    a, b = rand(gen, M, K, dtype=dtype), rand(gen, K, N, dtype=dtype)
+    assert on_tensor_cores(matmul, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    out = plait.run(matmul, a, b)
+    check(out, a.double() @ b.double(), TOL[dtype])
+
+
+@pytest.mark.parametrize("name", ["mm_nt", "mm_tn", "mm_out_t"])
+@pytest.mark.parametrize("shape", [(264, 136, 72), (640, 384, 520)])
+def test_storage_orders(name, shape):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a, b = rand(gen, M, K), rand(gen, K, N)
+    ref = a.double() @ b.double()
+    algo = getattr(cc, name)
+    args = {"mm_nt": {"a": a, "b": b.t().contiguous()},
+            "mm_tn": {"a": a.t().contiguous(), "b": b},
+            "mm_out_t": {"b": b, "a": a}}[name]
+    assert on_tensor_cores(algo, args, {"M": M, "N": N, "K": K})
+    out = plait.run(algo, **args)
+    check(out.t() if name == "mm_out_t" else out, ref, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("shape", [(257, 136, 72), (1024, 1024, 1024)])
+def test_bias_gelu(shape):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a, b, bias = rand(gen, M, K), rand(gen, K, N), rand(gen, N)
+    schedule = find_schedule("matmul_bias_gelu", "sm_90a")
+    assert on_tensor_cores(matmul_bias_gelu, {"a": a, "b": b, "bias": bias},
+                           {"M": M, "N": N, "K": K}, schedule)
+    out = plait.run(matmul_bias_gelu, a, b, bias)
+    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
+    check(out, ref, TOL[torch.bfloat16])
+
+
+def test_residual_and_row_scale():
+    M, N, K = 333, 200, 136
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    a, b, c, s = rand(gen, M, K), rand(gen, K, N), rand(gen, M, N), rand(gen, M)
+    out = plait.run(cc.mm_residual, a, b, c, alpha=0.25)
+    check(out, (a.double() @ b.double()) * 0.25 + c.double(), TOL[torch.bfloat16])
+    assert on_tensor_cores(cc.mm_residual, {"a": a, "b": b, "c": c}, {"M": M, "N": N, "K": K})
+    out = plait.run(cc.mm_silu_rows, a, b, s)
+    y = (a.double() @ b.double()) * s.double()[:, None]
+    check(out, y * torch.sigmoid(y), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("kinds", [(torch.float8_e4m3fn, torch.float8_e4m3fn),
+                                   (torch.float8_e5m2, torch.float8_e4m3fn)])
+@pytest.mark.parametrize("shape", [(257, 136, 144), (2048, 2048, 2048)])
+def test_fp8(shape, kinds):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    a, b = rand(gen, M, K, dtype=kinds[0]), rand(gen, N, K, dtype=kinds[1])
+    assert on_tensor_cores(matmul_fp8, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    out = plait.run(matmul_fp8, a, b, scale_a=0.5, scale_b=0.25)
+    ref = (a.double() @ b.double().t()) * 0.125
+    check(out, ref, TOL[torch.bfloat16])
+
+
+def test_batched():
+    B, M, N, K = 3, 200, 136, 88
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    a, b = rand(gen, B, M, K), rand(gen, B, K, N)
+    assert on_tensor_cores(bmm, {"a": a, "b": b}, {"B": B, "M": M, "N": N, "K": K})
+    out = plait.run(bmm, a, b)
+    check(out, a.double() @ b.double(), TOL[torch.bfloat16])
+
+
+def test_unaligned_rows_run_generically():
+    """K = 77 bf16 rows are 154 bytes, which the TMA cannot address: the generic path runs."""
+    M, N, K = 129, 65, 77
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    a, b = rand(gen, M, K), rand(gen, K, N)
+    assert not on_tensor_cores(matmul, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    check(plait.run(matmul, a, b), a.double() @ b.double(), TOL[torch.bfloat16])
