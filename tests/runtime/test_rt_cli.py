@@ -39,7 +39,7 @@ def algo_file(tmp_path):
 @pytest.fixture
 def reference_emulator(monkeypatch):
     """CPU runs go through the float64 reference (rounded to fp32): the CLI is the point."""
-    def emulate(graph, schedule, sizes, inputs, scalars):
+    def emulate(graph, schedule, sizes, inputs, scalars, target=None):
         out = plait.dsl.evaluate(graph, {**inputs, **scalars})
         return {k: v.astype(np.float32) for k, v in out.items()}
     monkeypatch.setattr(pipeline, "emulate", emulate)
@@ -123,7 +123,7 @@ def test_run_ok_line(algo_file, reference_emulator, capsys):
 
 
 def test_run_fail_line_on_wrong_results(algo_file, reference_emulator, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline, "emulate", lambda g, s, sizes, inputs, scalars: {
+    monkeypatch.setattr(pipeline, "emulate", lambda g, s, sizes, inputs, scalars, target=None: {
         "out": (np.asarray(inputs["x"], np.float32) * 2.1).astype(np.float32)})
     assert cli.main(["run", algo_file, "--device", "cpu"]) == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -131,7 +131,7 @@ def test_run_fail_line_on_wrong_results(algo_file, reference_emulator, monkeypat
 
 
 def test_run_fail_line_on_nan(algo_file, reference_emulator, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline, "emulate", lambda g, s, sizes, inputs, scalars: {
+    monkeypatch.setattr(pipeline, "emulate", lambda g, s, sizes, inputs, scalars, target=None: {
         "out": np.full(np.shape(inputs["x"]), np.nan, np.float32)})
     assert cli.main(["run", algo_file, "--device", "cpu"]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAIL max_rel_err=inf")
