@@ -297,9 +297,10 @@ def encode_tensor_map(ptr: int, dtype, dims: tuple[int, ...], strides: tuple[int
         raise CudaError(f"kernel {kernel}: no tensor map for {dtype} elements")
     kind = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_TYPES[dtype.short])
     rank = len(dims)
+    u32, u64 = drv.cuuint32_t, drv.cuuint64_t
     tmap = _check(drv, drv.cuTensorMapEncodeTiled(
-        kind, rank, int(ptr), [int(d) for d in dims], [int(s) for s in strides],
-        [int(b) for b in box], [1] * rank,
+        kind, u32(rank), int(ptr), [u64(int(d)) for d in dims], [u64(int(s)) for s in strides],
+        [u32(int(b)) for b in box], [u32(1)] * rank,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
