@@ -27,11 +27,12 @@ from .tile import TileOp, TileProgram
 
 SWIZZLE_BYTES = 128             # one swizzle row: BK for K-major, 64 elements for MN-major
 SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
-MAX_ACC_REGS = 128              # fp32 accumulators per consumer thread that leave room to work
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2"}
-DEFAULTS = {"sm_90a": ContractionSchedule(tile=(), stages=4, warpgroups=2, raster=8,
-                                          instruction="wgmma")}
+# Per target: the instructions it has, the first being the default, and the defaults of
+# the contraction schedule (tiles are chosen per size where the schedule gives none).
+INSTRUCTIONS = {"sm_90a": ("wgmma",)}
+DEFAULTS = {"sm_90a": ContractionSchedule(stages=4, raster=8, instruction="wgmma")}
 
 
 class NotAGemm(Exception):
@@ -52,6 +53,7 @@ class Operand:
 class GemmProgram:
     name: str
     target: str
+    instruction: str           # 'wgmma' (sm_90a) | 'mma_sync' (sm_80 and later)
     m: str
     n: str
     k: str
@@ -63,7 +65,8 @@ class GemmProgram:
     tile_n: int
     tile_k: int
     stages: int
-    consumers: int             # consumer warpgroups, tile_m / 64 rows each
+    consumers: int             # wgmma: consumer warpgroups (tile_m / 64 rows each), plus a
+                               # producer; mma_sync: warps
     raster: int
     acc: TileOp                # the sum: its id names the accumulator, its round the
                                # accumulate dtype applied after the loop
@@ -73,7 +76,9 @@ class GemmProgram:
 
     @property
     def threads(self) -> int:
-        return 128 * (self.consumers + 1)
+        if self.instruction == "wgmma":
+            return 128 * (self.consumers + 1)
+        return 32 * self.consumers
 
     @property
     def stage_bytes(self) -> int:
@@ -105,12 +110,14 @@ class GemmProgram:
         def operand(o: Operand):
             return f"{o.buffer.name}:{o.dtype}[{','.join(o.buffer.axes)}] " \
                    f"{'K' if o.k_major else 'MN'}-major"
-        lines = [f"gemm program {self.name} on {self.target}: [{self.m}] x [{self.n}] over "
+        lines = [f"gemm program {self.name} on {self.target} ({self.instruction}): "
+                 f"[{self.m}] x [{self.n}] over "
                  f"{self.k}" + (f" batch [{','.join(self.batch)}]" if self.batch else ""),
                  f"  A {operand(self.a)}; B {operand(self.b)}; out {self.out.name}:"
                  f"{self.out.dtype}[{','.join(self.out.axes)}]",
                  f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
-                 f"consumers {self.consumers} raster {self.raster} threads {self.threads} "
+                 f"{'consumers' if self.instruction == 'wgmma' else 'warps'} {self.consumers} "
+                 f"raster {self.raster} threads {self.threads} "
                  f"shared {self.shared_bytes} bytes"]
         for op in self.epilogue:
             args = " ".join(f"%{a}" for a in op.args)
@@ -118,6 +125,12 @@ class GemmProgram:
             body = " ".join(x for x in (op.op, args, attrs) if x)
             lines.append(f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]")
         return "\n".join(lines) + "\n"
+
+
+def _exactly_in(src: DType, dst: DType) -> bool:
+    """Whether every src value is a dst value (a round to dst is then no rounding): fp8 in
+    fp16 and bf16 (e4m3 and e5m2 exponents fit both), any narrow float in fp32."""
+    return src == dst or dst == DType.FP32 or (src.bits == 8 and dst.bits == 16)
 
 
 def _chain(ops: dict[int, TileOp], vid: int) -> tuple[TileOp, list[int]]:
@@ -128,7 +141,7 @@ def _chain(ops: dict[int, TileOp], vid: int) -> tuple[TileOp, list[int]]:
         if op.op == "round":
             src = ops[op.args[0]]
             if not (src.op == "convert" and ops[src.args[0]].op == "load"
-                    and ops[src.args[0]].dtype == op.attr("round")):
+                    and _exactly_in(ops[src.args[0]].dtype, op.attr("round"))):
                 raise NotAGemm(f"operand %{vid} is rounded to {op.attr('round')} on the way "
                                "to the product; tensor cores read operands as stored")
         seen.append(op.id)
@@ -175,13 +188,21 @@ def _operand_dtype_problem(a: DType, b: DType, tf32: bool) -> str | None:
     return f"no tensor-core instruction multiplies {a} x {b}"
 
 
-def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
-              schedule: ContractionSchedule | None) -> GemmProgram:
-    """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
-    (or the target has none), PlaitError when the schedule asks for what cannot be."""
-    if target not in DEFAULTS:
-        raise NotAGemm(f"no tensor-core lowering for {target} yet")
-    sched = DEFAULTS[target].merged(schedule)
+@dataclass(frozen=True)
+class Roles:
+    """What the tile program says of a contraction, whatever the target."""
+    m: str
+    n: str
+    k: str
+    batch: tuple[str, ...]
+    a: Operand
+    b: Operand
+    out: Buffer
+    total: TileOp
+    chain: frozenset[int]
+
+
+def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
     total, x, y, chain = match(tile)
     buffers = {b.name: b for b in tile.buffers}
     k = total.attr("axis")
@@ -208,51 +229,46 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     for o in (a, b):
         if o.buffer.axes[-1] in batch:
             raise NotAGemm(f"{o.buffer.name}'s innermost axis is a batch axis")
-    problem = _operand_dtype_problem(a.dtype, b.dtype, sched.tf32)
-    if problem is None and a.dtype == DType.FP32:
+    for op in tile.ops:
+        if op.op == "load" and op.id not in chain and k in buffers[op.attr("buffer")].axes:
+            raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
+    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain))
+
+
+def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
+              schedule: ContractionSchedule | None) -> GemmProgram:
+    """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
+    (or the target has none), PlaitError when the schedule asks for what cannot be."""
+    if target not in DEFAULTS:
+        raise NotAGemm(f"no tensor-core lowering for {target} yet")
+    sched = DEFAULTS[target].merged(schedule)
+    if sched.instruction not in INSTRUCTIONS[target]:
+        raise PlaitError(f"kernel {tile.name}: contraction.instruction: {sched.instruction} is "
+                         f"not available on {target} (it has {', '.join(INSTRUCTIONS[target])})")
+    r = find_roles(tile, sizes)
+    problem = _operand_dtype_problem(r.a.dtype, r.b.dtype, sched.tf32)
+    if problem is None and r.a.dtype == DType.FP32:
         problem = "tf32 contractions are not lowered yet"
     if problem:
         raise NotAGemm(problem)
-    es = a.dtype.itemsize
-    if es == 1 and not (a.k_major and b.k_major):
-        raise NotAGemm("wgmma reads fp8 operands K-major only: store both with K innermost "
-                       "(e.g. B as [N, K])")
-    for name, buf in (("A", a.buffer), ("B", b.buffer), ("out", out)):
+    for buf in (r.a.buffer, r.b.buffer, r.out):
         inner = sizes[buf.axes[-1]] * buf.dtype.itemsize
         if len(buf.axes) > 1 and inner % 16:
-            raise NotAGemm(f"{buf.name}'s rows are {inner} bytes, not a multiple of 16: the "
-                           "tensor memory accelerator cannot address them")
+            raise NotAGemm(f"{buf.name}'s rows are {inner} bytes, not a multiple of 16: "
+                           "tensor-core loads cannot address them")
     if not aligned:
         raise NotAGemm("array addresses are not 16-byte aligned")
-    tiles = sched.tiles
-    tm, tn = tiles.get(mx[0], 128), tiles.get(ny[0], 256 if es == 2 else 256)
-    tk = tiles.get(k, SWIZZLE_BYTES // es)
-    consumers = sched.warpgroups
-    where = f"kernel {tile.name}: contraction"
-    if tk * es != SWIZZLE_BYTES:
-        raise PlaitError(f"{where}.tile.{k}: {tk} x {es}-byte elements; a reduction tile is "
-                         f"one {SWIZZLE_BYTES}-byte swizzle row ({SWIZZLE_BYTES // es} elements)")
-    if tm != 64 * consumers:
-        raise PlaitError(f"{where}.tile.{mx[0]}: {tm}; each of the {consumers} consumer "
-                         f"warpgroups takes 64 rows, so the tile is {64 * consumers}")
-    if tn % 64 or not 64 <= tn <= 256:
-        raise PlaitError(f"{where}.tile.{ny[0]}: {tn}; wgmma's N is a multiple of 64 here, "
-                         "64 to 256")
-    if tn // 2 > MAX_ACC_REGS:
-        raise PlaitError(f"{where}: {tn // 2} accumulators per thread is over {MAX_ACC_REGS}")
-    if sched.instruction not in (None, "wgmma"):
-        raise PlaitError(f"{where}.instruction: {sched.instruction} is not lowered for {target}")
+    from .gemm_tiles import TILERS
+    tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction")
     plan = GemmProgram(
-        tile.name, target, mx[0], ny[0], k, batch, a, b, out, tm, tn, tk, sched.stages,
-        consumers, sched.raster, total,
-        tuple(op for op in tile.ops if op.id not in chain and op.id != total.id),
-        _argument_order(tile, a, b, out), tile.scalars)
+        tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
+        *tiling, sched.raster, r.total,
+        tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
+        _argument_order(tile, r.a, r.b, r.out), tile.scalars)
     if plan.shared_bytes > SMEM_LIMIT:
-        raise PlaitError(f"{where}: {plan.stages} stages of {plan.stage_bytes} bytes need "
-                         f"{plan.shared_bytes} bytes of shared memory; sm_90 has {SMEM_LIMIT}")
-    for op in plan.epilogue:
-        if op.op == "load" and k in buffers[op.attr("buffer")].axes:
-            raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
+        raise PlaitError(f"kernel {tile.name}: contraction: {plan.stages} stages of "
+                         f"{plan.stage_bytes} bytes need {plan.shared_bytes} bytes of shared "
+                         f"memory; the limit is {SMEM_LIMIT}")
     return plan
 
 

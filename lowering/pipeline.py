@@ -102,6 +102,16 @@ def _kernel_args(t: ThreadProgram) -> tuple[KernelArg, ...]:
     return tuple(args)
 
 
+def gemm_backend(g: GemmProgram):
+    """The module that compiles a contraction kernel for its instruction; each has
+    `emit_gemm_llvm_ir(g, entry)`, `gemm_ptx(llvm_ir, g, entry)` and `gemm_kernel(g, entry)`."""
+    if g.instruction == "wgmma":
+        from . import gemm_sm90 as backend
+    else:
+        from . import gemm_sm80 as backend
+    return backend
+
+
 def entry_name(kernel_name: str) -> str:
     return "plait_" + "".join(c if c.isalnum() else "_" for c in kernel_name)
 
@@ -109,14 +119,13 @@ def entry_name(kernel_name: str) -> str:
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                     aligned: bool, target: str) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
-    from .gemm_sm90 import gemm_kernel
     from .llvm_backend import emit_ptx
     low = lower(graph, schedule, sizes, aligned, target)
     kernels = []
     for t in low.threads:
         entry = entry_name(t.name)
         if isinstance(t, GemmProgram):
-            kernels.append(gemm_kernel(t, entry))
+            kernels.append(gemm_backend(t).gemm_kernel(t, entry))
             continue
         ptx = emit_ptx(t, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
@@ -163,12 +172,12 @@ STAGES = ("algorithm", "kernels", "tile", "thread", "llir", "ptx")
 def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                 aligned: bool, target: str) -> dict[str, str]:
     """The text of every stage, keyed by stage name (the `--dump` file names)."""
-    from .gemm_sm90 import emit_gemm_llvm_ir, gemm_ptx
     from .llvm_backend import emit_llvm_ir, llvm_to_ptx
     low = lower(graph, schedule, sizes, aligned, target)
-    llir = [emit_gemm_llvm_ir(t, entry_name(t.name)) if isinstance(t, GemmProgram)
+    llir = [gemm_backend(t).emit_gemm_llvm_ir(t, entry_name(t.name))
+            if isinstance(t, GemmProgram)
             else emit_llvm_ir(t, entry_name(t.name), target) for t in low.threads]
-    ptx = [gemm_ptx(ir, t, entry_name(t.name)) if isinstance(t, GemmProgram)
+    ptx = [gemm_backend(t).gemm_ptx(ir, t, entry_name(t.name)) if isinstance(t, GemmProgram)
            else llvm_to_ptx(ir, target) for ir, t in zip(llir, low.threads)]
     return {
         "algorithm": graph.text(),
