@@ -65,17 +65,21 @@ def run_gemm_program(g: GemmProgram, sizes: dict[str, int], arrays: dict[str, np
 
 
 def _epilogue(g: GemmProgram, acc, index, sizes, arrays, scalars) -> None:
-    values = {g.acc.id: _round(acc, g.acc.attr("round"))}
+    values = {}
     buffers = {buf.name: buf for buf in g.buffers}
+    for op in g.epilogue:
+        if op.id in g.acc_factors:
+            values[op.id] = _source(op, sizes, scalars)
+    for f in g.acc_factors:
+        acc = acc * values[f]
+    values[g.acc.id] = _round(acc, g.acc.attr("round"))
     for op in g.epilogue:
         args = [values[i] for i in op.args]
         if op.op == "load":
             buf = buffers[op.attr("buffer")]
             values[op.id] = _take(arrays[buf.name], buf.axes, index)
         elif op.op in ("param", "const", "size"):
-            value = scalars[op.attr("name")] if op.op == "param" else \
-                op.attr("value") if op.op == "const" else sizes[op.attr("axis")]
-            values[op.id] = np.asarray(value, _NP[op.dtype])
+            values[op.id] = _source(op, sizes, scalars)
         elif op.op == "store":
             buf = buffers[op.attr("buffer")]
             inside = np.ones((), bool)
@@ -90,6 +94,12 @@ def _epilogue(g: GemmProgram, acc, index, sizes, arrays, scalars) -> None:
             target[idx] = stored.astype(target.dtype)
         else:
             values[op.id] = elementwise_step(None, op, args, arrays, scalars)
+
+
+def _source(op, sizes, scalars):
+    value = scalars[op.attr("name")] if op.op == "param" else \
+        op.attr("value") if op.op == "const" else sizes[op.attr("axis")]
+    return np.asarray(value, _NP[op.dtype])
 
 
 def _round(value, dtype):

@@ -37,8 +37,11 @@ class EpilogueEmitter:
     def _value(self, vid: int, offsets):
         b = self.k.b
         if vid == self.g.acc.id:
+            acc = self.acc
+            for f in self.g.acc_factors:
+                acc = b.fmul(acc, self._value(f, offsets))
             target = self.g.acc.attr("round")
-            return self.acc if target is None else L.round_to(b, self.k.intr, self.acc, target)
+            return acc if target is None else L.round_to(b, self.k.intr, acc, target)
         op = self.ops[vid]
         key = (vid,) + tuple(offsets[a] for a in self.varying if a in op.axes)
         if key not in self.memo:

@@ -70,6 +70,7 @@ class GemmProgram:
     raster: int
     acc: TileOp                # the sum: its id names the accumulator, its round the
                                # accumulate dtype applied after the loop
+    acc_factors: tuple[int, ...]   # scalar ops the operands were multiplied by
     epilogue: tuple[TileOp, ...]   # ops after the sum, ending in the store
     buffers: tuple[Buffer, ...]    # kernel-argument order: operands, epilogue reads, output
     scalars: tuple[tuple[str, DType], ...]
@@ -118,7 +119,10 @@ class GemmProgram:
                  f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
                  f"{'consumers' if self.instruction == 'wgmma' else 'warps'} {self.consumers} "
                  f"raster {self.raster} threads {self.threads} "
-                 f"shared {self.shared_bytes} bytes"]
+                 f"shared {self.shared_bytes} bytes",
+                 f"  %{self.acc.id} = dot over {self.k}"
+                 + "".join(f" x %{f}" for f in self.acc_factors)
+                 + (f" round={self.acc.attr('round')}" if self.acc.attr("round") else "")]
         for op in self.epilogue:
             args = " ".join(f"%{a}" for a in op.args)
             attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
@@ -133,27 +137,37 @@ def _exactly_in(src: DType, dst: DType) -> bool:
     return src == dst or dst == DType.FP32 or (src.bits == 8 and dst.bits == 16)
 
 
-def _chain(ops: dict[int, TileOp], vid: int) -> tuple[TileOp, list[int]]:
-    """Follow an operand back through converts (and no-op rounds) to its load."""
-    seen = []
+def _chain(ops: dict[int, TileOp], vid: int) -> tuple[TileOp, list[int], list[int]]:
+    """Follow an operand back to its load through converts, no-op rounds and products with
+    scalars: (the load, the ops passed, the scalar factors). A sum is linear, so the
+    factors move to the epilogue: sum((s * a) * b) = s * sum(a * b)."""
+    seen, factors = [], []
     op = ops[vid]
-    while op.op in ("convert", "round"):
+    while op.op in ("convert", "round", "mul"):
         if op.op == "round":
             src = ops[op.args[0]]
             if not (src.op == "convert" and ops[src.args[0]].op == "load"
                     and _exactly_in(ops[src.args[0]].dtype, op.attr("round"))):
                 raise NotAGemm(f"operand %{vid} is rounded to {op.attr('round')} on the way "
                                "to the product; tensor cores read operands as stored")
+        nxt = op.args[0]
+        if op.op == "mul":
+            scalars = [a for a in op.args if not ops[a].axes]
+            if len(scalars) != 1 or op.attr("round") is not None:
+                break
+            factors.append(scalars[0])
+            nxt = [a for a in op.args if a != scalars[0]][0]
         seen.append(op.id)
-        op = ops[op.args[0]]
+        op = ops[nxt]
     if op.op != "load":
         raise NotAGemm(f"operand %{vid} is computed ({op.op}), not loaded; tensor cores "
                        "read operands from memory")
-    return op, seen + [op.id]
+    return op, seen + [op.id], factors
 
 
-def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int]]:
-    """(sum op, load of x, load of y, ids of the operand chains) or NotAGemm."""
+def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int], tuple[int, ...]]:
+    """(sum op, load of x, load of y, ids of the operand chains, scalar factors) or
+    NotAGemm."""
     ops = {op.id: op for op in tile.ops}
     reductions = [op for op in tile.ops if op.op in ("sum", "max", "min")]
     if len(reductions) != 1 or reductions[0].op != "sum":
@@ -165,8 +179,8 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int]]:
     if prod.attr("round") is not None:
         raise NotAGemm(f"compute {prod.attr('round')} rounds every product before the sum; "
                        "tensor cores keep products exact (use compute: fp32)")
-    x, xs = _chain(ops, prod.args[0])
-    y, ys = _chain(ops, prod.args[1])
+    x, xs, xf = _chain(ops, prod.args[0])
+    y, ys, yf = _chain(ops, prod.args[1])
     chain = set(xs) | set(ys) | {prod.id}
     for op in tile.ops:   # operand values must feed only the product
         if op.id not in chain and op.id != total.id and any(a in chain for a in op.args):
@@ -174,7 +188,7 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int]]:
     stores = [op for op in tile.ops if op.op == "store"]
     if len(stores) != 1:
         raise NotAGemm("a contraction kernel writes one output")
-    return total, x, y, chain
+    return total, x, y, chain, tuple(xf + yf)
 
 
 def _operand_dtype_problem(a: DType, b: DType, tf32: bool) -> str | None:
@@ -200,10 +214,11 @@ class Roles:
     out: Buffer
     total: TileOp
     chain: frozenset[int]
+    factors: tuple[int, ...]
 
 
 def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
-    total, x, y, chain = match(tile)
+    total, x, y, chain, factors = match(tile)
     buffers = {b.name: b for b in tile.buffers}
     k = total.attr("axis")
     store = [op for op in tile.ops if op.op == "store"][0]
@@ -232,7 +247,7 @@ def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
     for op in tile.ops:
         if op.op == "load" and op.id not in chain and k in buffers[op.attr("buffer")].axes:
             raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
-    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain))
+    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain), factors)
 
 
 def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
@@ -262,7 +277,7 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction")
     plan = GemmProgram(
         tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
-        *tiling, sched.raster, r.total,
+        *tiling, sched.raster, r.total, r.factors,
         tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
         _argument_order(tile, r.a, r.b, r.out), tile.scalars)
     if plan.shared_bytes > SMEM_LIMIT:
