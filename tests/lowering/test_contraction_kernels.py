@@ -1,0 +1,160 @@
+"""Contractions on the CPU tier: every shipped contraction schedule run by the GEMM
+executor on odd shapes, every storage order and epilogue, the kernels through ptxas, and
+the schedule errors and generic fallbacks with their reasons."""
+import numpy as np
+import pytest
+
+import contraction_cases as cc
+from golden import check_golden
+from plait.dsl import DType, PlaitError, evaluate
+from plait.lowering.gemm_emulate import tile_of
+from plait.lowering.gemm_plan import GemmProgram
+from plait.lowering.pipeline import compile_program, emulate, lower
+from plait.lowering.policy import resolve, rounding_for
+from plait.runtime.ptxas import assemble, find_ptxas, resource_usage
+from plait.schedule import Schedule, find_schedule
+
+from bmm import bmm
+from matmul import matmul
+from matmul_bias_gelu import matmul_bias_gelu
+from matmul_fp8 import matmul_fp8
+
+SHIPPED = {"matmul": matmul, "matmul_bias_gelu": matmul_bias_gelu, "bmm": bmm,
+           "matmul_fp8": matmul_fp8}
+# Not multiples of any tile; rows a multiple of 16 bytes as the TMA needs.
+ODD = {"M": 257, "N": 136, "K": 208, "B": 2}
+ptxas = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas (pip install nvidia-cuda-nvcc)")
+
+
+def inputs_for(algo, sizes, dtype, rng):
+    out = {}
+    for p in algo.tensor_params:
+        shape = tuple(sizes[a] for a in p.axes)
+        out[p.name] = rng.standard_normal(shape).astype(np.float32).astype(dtype.numpy)
+    return out
+
+
+def run_both(algo, sizes, dtype, schedule=None, scalars=None, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = inputs_for(algo, sizes, dtype, rng)
+    graph = algo.graph({k: dtype for k in inputs})
+    low = lower(graph, schedule, sizes, True, "sm_90a")
+    out = emulate(graph, schedule, sizes, inputs, dict(scalars or {}), "sm_90a")
+    policy = resolve(schedule.dtypes if schedule else None)
+    ref = evaluate(graph, {**inputs, **(scalars or {})}, rounding=rounding_for(policy))
+    exact = evaluate(graph, {**inputs, **(scalars or {})})
+    return low, out["out"], ref["out"], exact["out"]
+
+
+def rel_err(out, ref):
+    out = np.asarray(out, np.float64)
+    assert not np.isnan(out).any(), "an output element was never written (NaN poison)"
+    return np.abs(out - ref).max() / np.abs(ref).max()
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_schedule_on_odd_shapes(name):
+    algo = SHIPPED[name]
+    dtype = DType.FP8_E4M3 if name == "matmul_fp8" else DType.BF16
+    schedule = find_schedule(name, "sm_90a")
+    assert schedule is not None and schedule.default.contraction is not None
+    low, out, ref, exact = run_both(algo, ODD, dtype, schedule,
+                                    {"scale_a": 0.5, "scale_b": 0.25} if "fp8" in name else {})
+    assert isinstance(low.threads[0], GemmProgram), low.kernel_graph.text()
+    # The kernel rounds only its output: within one bf16 step of the rounded reference.
+    assert rel_err(out, ref) < 1e-2
+    assert rel_err(out, exact) < 1e-2
+
+
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 128), (64, 256)])
+def test_every_tile_shape_on_odd_shapes(tile):
+    tm, tn = tile
+    s = Schedule.from_dict({"algorithm": "matmul", "contraction": {
+        "tile": {"M": tm, "N": tn, "K": 64}, "warpgroups": tm // 64, "stages": 3, "raster": 3}})
+    low, out, ref, _ = run_both(matmul, {"M": 300, "N": 520, "K": 136}, DType.BF16, s)
+    assert (low.threads[0].tile_m, low.threads[0].tile_n) == tile
+    assert rel_err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("name", ["mm_nt", "mm_tn", "mm_out_t", "mm_residual", "mm_silu_rows"])
+def test_storage_orders_and_epilogues(name):
+    low, out, ref, _ = run_both(getattr(cc, name), {"M": 264, "N": 136, "K": 72}, DType.BF16)
+    assert isinstance(low.threads[0], GemmProgram), low.kernel_graph.text()
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_roles_follow_the_output():
+    """The output's contiguous axis is N: mm_out_t writes [N, M], so its roles swap."""
+    low, *_ = run_both(cc.mm_out_t, {"M": 64, "N": 48, "K": 32}, DType.BF16)
+    g = low.threads[0]
+    assert (g.m, g.n, g.a.buffer.name, g.b.buffer.name) == ("N", "M", "b", "a")
+    assert not g.a.k_major and g.b.k_major
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (5, 3), (8, 8), (17, 2), (3, 40)])
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_rasterization_visits_every_tile_once(grid, group):
+    gm, gn = grid
+    seen = sorted(tile_of(p, gm, gn, group) for p in range(gm * gn))
+    assert seen == [(i, j) for i in range(gm) for j in range(gn)]
+
+
+@pytest.mark.parametrize("sizes, reason", [
+    ({"M": 129, "N": 65, "K": 77}, "not a multiple of 16"),
+    ({"M": 128, "N": 64, "K": 64}, "tf32"),
+])
+def test_generic_fallback_says_why(sizes, reason):
+    dtype = DType.FP32 if reason == "tf32" else DType.BF16
+    low, out, ref, _ = run_both(matmul, sizes, dtype)
+    assert reason in low.kernel_graph.text()
+    assert not any(isinstance(t, GemmProgram) for t in low.threads)
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_fp8_needs_k_major_operands():
+    graph = matmul.graph({"a": "fp8_e4m3", "b": "fp8_e4m3"})
+    low = lower(graph, None, {"M": 64, "N": 64, "K": 64}, True, "sm_90a")
+    assert "K-major only" in low.kernel_graph.text()
+
+
+@pytest.mark.parametrize("contraction, message", [
+    ({"tile": {"M": 128, "N": 256, "K": 32}}, "contraction.tile.K: 32"),
+    ({"tile": {"M": 192, "N": 128}, "warpgroups": 2}, "contraction.tile.M: 192"),
+    ({"tile": {"M": 128, "N": 96}}, "contraction.tile.N: 96"),
+    ({"tile": {"M": 128, "N": 256}, "stages": 6}, "shared memory"),
+])
+def test_impossible_schedules_are_refused(contraction, message):
+    s = Schedule.from_dict({"algorithm": "matmul", "contraction": contraction})
+    graph = matmul.graph({"a": "bf16", "b": "bf16"})
+    with pytest.raises(PlaitError, match=message.replace(".", r"\.")):
+        lower(graph, s, {"M": 512, "N": 512, "K": 512}, True, "sm_90a")
+
+
+def test_schedule_key_errors_name_the_key():
+    with pytest.raises(PlaitError, match="contraction.tile.m: unknown axis 'm'"):
+        from plait.schedule import validate
+        validate(Schedule.from_dict({"algorithm": "matmul", "contraction": {"tile": {"m": 64}}}),
+                 matmul.graph({"a": "bf16", "b": "bf16"}))
+
+
+def test_gemm_stage_text(request):
+    graph = matmul_bias_gelu.graph({"a": "bf16", "b": "bf16", "bias": "bf16"})
+    low = lower(graph, find_schedule("matmul_bias_gelu", "sm_90a"),
+                {"M": 4096, "N": 4096, "K": 4096}, True, "sm_90a")
+    check_golden(request, "stages/matmul_bias_gelu.txt",
+                 low.kernel_graph.text() + low.threads[0].text())
+
+
+@ptxas
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+@pytest.mark.parametrize("sizes", [ODD, {"M": 4096, "N": 4096, "K": 4096, "B": 4}])
+def test_contraction_kernels_assemble_without_spills(name, sizes):
+    algo = SHIPPED[name]
+    dtype = "fp8_e4m3" if name == "matmul_fp8" else "bf16"
+    graph = algo.graph({p.name: dtype for p in algo.tensor_params})
+    program = compile_program(graph, find_schedule(name, "sm_90a"), sizes, True, "sm_90a")
+    (kernel,) = program.kernels
+    assert "wgmma.mma_async" in kernel.ptx and "cp.async.bulk.tensor" in kernel.ptx
+    assert len(assemble(kernel.ptx, "sm_90a")) > 0
+    usage = resource_usage(kernel.ptx, "sm_90a")[kernel.entry]
+    assert usage.spill_stores == 0 and usage.stack_bytes == 0, usage
