@@ -21,6 +21,7 @@ from plait.dsl.dtypes import DType
 from . import ops_llvm as L
 from . import ptx_async as P
 from .artifact import CompiledKernel, KernelArg
+from .gemm_common import loop, tile_coordinates
 from .gemm_epilogue import EpilogueEmitter
 from .gemm_plan import SWIZZLE_BYTES, WGMMA_TYPES, GemmProgram
 
@@ -67,30 +68,6 @@ def gemm_kernel(g: GemmProgram, entry: str) -> CompiledKernel:
 
 def emit_gemm_llvm_ir(g: GemmProgram, entry: str) -> str:
     return str(_GemmEmitter(g, entry).module)
-
-
-def _loop(b: ir.IRBuilder, fn, count, carried: list, body) -> list:
-    """for i in range(count): carried = body(i, carried); returns the final carried values."""
-    head, work, done = (fn.append_basic_block(n) for n in ("loop", "body", "done"))
-    start = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(L.I32)
-    i.add_incoming(L.i32(0), start)
-    phis = []
-    for v in carried:
-        p = b.phi(v.type)
-        p.add_incoming(v, start)
-        phis.append(p)
-    b.cbranch(b.icmp_signed("<", i, count), work, done)
-    b.position_at_end(work)
-    new = body(i, phis)
-    i.add_incoming(b.add(i, L.i32(1)), b.block)
-    for p, v in zip(phis, new):
-        p.add_incoming(v, b.block)
-    b.branch(head)
-    b.position_at_end(done)
-    return phis
 
 
 class _GemmEmitter:
@@ -150,7 +127,7 @@ class _GemmEmitter:
         self.empty = [b.add(bars, L.i32(8 * (g.stages + s))) for s in range(g.stages)]
         tid = self.sreg("tid.x")
         self.tid = tid
-        self._tile_coordinates()
+        self.m0, self.n0, self.batch_index = tile_coordinates(self)
         k_tiles = b.sdiv(b.add(self.size(g.k), L.i32(g.tile_k - 1)), L.i32(g.tile_k))
         with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
             for s in range(g.stages):
@@ -177,28 +154,6 @@ class _GemmEmitter:
         spare = 65536 - 128 * PRODUCER_REGS
         return min(256, spare // (128 * self.g.consumers) // 8 * 8)
 
-    def _tile_coordinates(self) -> None:
-        """Block -> (batch, row block, column block), rows grouped `raster` at a time
-        (the same mapping as `gemm_emulate.tile_of`)."""
-        g, b = self.g, self.b
-        grid_m = b.sdiv(b.add(self.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m))
-        grid_n = b.sdiv(b.add(self.size(g.n), L.i32(g.tile_n - 1)), L.i32(g.tile_n))
-        pid = self.sreg("ctaid.x")
-        per_batch = b.mul(grid_m, grid_n)
-        batch = b.udiv(pid, per_batch)
-        pid = b.urem(pid, per_batch)
-        width = b.mul(L.i32(g.raster), grid_n)
-        first = b.mul(b.udiv(pid, width), L.i32(g.raster))
-        left = b.sub(grid_m, first)
-        rows = b.select(b.icmp_signed("<", left, L.i32(g.raster)), left, L.i32(g.raster))
-        within = b.urem(pid, width)
-        self.m0 = b.mul(b.add(first, b.urem(within, rows)), L.i32(g.tile_m))
-        self.n0 = b.mul(b.udiv(within, rows), L.i32(g.tile_n))
-        self.batch_index = {}
-        for axis in reversed(g.batch):      # the last batch axis varies fastest
-            self.batch_index[axis] = b.urem(batch, self.size(axis))
-            batch = b.udiv(batch, self.size(axis))
-
     def _coords(self, axes_box, at: dict) -> list:
         """Tensor-map coordinates (innermost first) of a box whose corner is `at`."""
         return [at[a] if a in at else self.batch_index.get(a, L.i32(0))
@@ -222,7 +177,7 @@ class _GemmEmitter:
             self._load_operand("a", dst, k0, self.m0, g.tile_m, full)
             self._load_operand("b", b.add(dst, L.i32(a_bytes)), k0, self.n0, g.tile_n, full)
             return self._advance(stage, phase)
-        _loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)], step)
+        loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)], step)
 
     def _advance(self, stage, phase):
         b = self.b
@@ -276,7 +231,6 @@ class _GemmEmitter:
             stage, phase, acc = carried[0], carried[1], carried[2:]
             stage_base = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
             full = b.add(self.full[0], b.mul(stage, L.i32(8)))
-            empty = b.add(self.empty[0], b.mul(stage, L.i32(8)))
             P.mbarrier_wait(b, full, phase)
             P.wgmma_fence(b)
             for kk in range(g.tile_k // k_step):
@@ -284,11 +238,17 @@ class _GemmEmitter:
                 acc = P.wgmma(b, acc, da, db, g.tile_n, k_step, kind_a, kind_b,
                               not g.a.k_major, not g.b.k_major)
             P.wgmma_commit(b)
-            acc = P.wgmma_wait(b, acc)
-            P.mbarrier_arrive_if(b, empty, first_thread)
+            # Keep this step's MMAs in flight while waiting for the previous step's, then
+            # hand the previous step's stage back to the producer.
+            acc = P.wgmma_wait(b, acc, 1)
+            previous = b.select(b.icmp_unsigned("==", stage, L.i32(0)),
+                                L.i32(g.stages - 1), b.sub(stage, L.i32(1)))
+            release = b.and_(first_thread, b.zext(b.icmp_signed(">", kt, L.i32(0)), L.I32))
+            P.mbarrier_arrive_if(b, b.add(self.empty[0], b.mul(previous, L.i32(8))), release)
             return self._advance(stage, phase) + acc
-        final = _loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)] + acc0, step)
-        self._epilogue(final[2:], consumer, thread)
+        final = loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)] + acc0, step)
+        acc = P.wgmma_wait(b, final[2:], 0)
+        self._epilogue(acc, consumer, thread)
 
     # ---- epilogue ------------------------------------------------------------------
     def _epilogue(self, acc, consumer, thread) -> None:

@@ -107,13 +107,14 @@ def wgmma_commit(b) -> None:
     _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
 
 
-def wgmma_wait(b, acc: list) -> list:
-    """Wait for every committed group; the accumulators pass through the statement so that
-    nothing reads them before it (LLVM sees no other dependence on the asynchronous MMA)."""
+def wgmma_wait(b, acc: list, pending: int = 0) -> list:
+    """Wait until at most `pending` committed groups are in flight; the accumulators pass
+    through the statement so that nothing reads them before it (LLVM sees no other
+    dependence on the asynchronous MMA)."""
     n = len(acc)
     ret = ir.LiteralStructType([L.F32] * n)
     cons = ",".join(["=f"] * n + [str(i) for i in range(n)]) + ",~{memory}"
-    out = _asm(b, "wgmma.wait_group.sync.aligned 0;", cons, acc, ret)
+    out = _asm(b, f"wgmma.wait_group.sync.aligned {pending};", cons, acc, ret)
     return [b.extract_value(out, i) for i in range(n)]
 
 
