@@ -50,12 +50,15 @@ class CompiledKernel:
     grid: tuple[tuple[str, int], ...]   # blocks = prod(ceil(size[axis] / tile))
     shared_bytes: int = 0   # shared memory per block, all of it
     dynamic_shared: int = 0  # of which dynamic: the launch must ask for this many bytes
+    persistent: bool = False  # at most one block per multiprocessor, each walking tiles
 
-    def blocks(self, sizes: dict[str, int]) -> int:
+    def blocks(self, sizes: dict[str, int], multiprocessors: int | None = None) -> int:
         total = 1
         for axis, tile in self.grid:
             total *= -(-sizes[axis] // tile)
-        return total
+        if self.persistent and multiprocessors:
+            total = min(total, multiprocessors)
+        return max(total, 1) if self.persistent else total
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ class Program:
                                            tuple((x, int(n)) for x, n in a.get("box", ())))
                                  for a in k["args"]),
                            k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
-                           k["shared_bytes"], k.get("dynamic_shared", 0))
+                           k["shared_bytes"], k.get("dynamic_shared", 0),
+                           k.get("persistent", False))
             for k in d["kernels"])
         derived = tuple((a, s, t) for a, s, t in d.get("derived", ()))
         return Program(d["algorithm"], d["target"], buffers, kernels, derived)

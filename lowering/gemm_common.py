@@ -34,14 +34,15 @@ def loop(b: ir.IRBuilder, fn, count, carried: list, body) -> list:
     return phis
 
 
-def tile_coordinates(k) -> tuple:
-    """Block -> (first row m0, first column n0, {batch axis: index}), rows grouped
-    `raster` at a time (the same mapping as `gemm_emulate.tile_of`). `k` is the kernel
-    emitter: it has `.g`, `.b`, `.sreg(name)` and `.size(axis)`."""
+def tile_coordinates(k, pid=None) -> tuple:
+    """Tile `pid` (default: this block's index) -> (first row m0, first column n0,
+    {batch axis: index}), rows grouped `raster` at a time (the same mapping as
+    `gemm_emulate.tile_of`). `k` is the kernel emitter: it has `.g`, `.b`, `.sreg(name)`
+    and `.size(axis)`."""
     g, b = k.g, k.b
     grid_m = b.sdiv(b.add(k.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m))
     grid_n = b.sdiv(b.add(k.size(g.n), L.i32(g.tile_n - 1)), L.i32(g.tile_n))
-    pid = k.sreg("ctaid.x")
+    pid = k.sreg("ctaid.x") if pid is None else pid
     per_batch = b.mul(grid_m, grid_n)
     batch = b.udiv(pid, per_batch)
     pid = b.urem(pid, per_batch)

@@ -63,7 +63,7 @@ def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
 def gemm_kernel(g: GemmProgram, entry: str) -> CompiledKernel:
     ptx = gemm_ptx(emit_gemm_llvm_ir(g, entry), g, entry)
     return CompiledKernel(g.name, entry, g.target, ptx, kernel_args(g), g.threads, g.grid,
-                          g.shared_bytes, g.shared_bytes)
+                          g.shared_bytes, g.shared_bytes, g.persistent)
 
 
 def emit_gemm_llvm_ir(g: GemmProgram, entry: str) -> str:
@@ -122,12 +122,15 @@ class _GemmEmitter:
         g, b = self.g, self.b
         raw = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
         self.base = b.and_(b.add(raw, L.i32(1023)), L.i32(-1024))
-        bars = b.add(self.base, L.i32(max(g.stages * g.stage_bytes, g.out_bytes)))
+        stages = g.stages * g.stage_bytes
+        # A persistent block stages its output tile apart: the producer is already
+        # loading the next tile while the consumers write this one out.
+        self.out_smem = b.add(self.base, L.i32(stages if g.persistent else 0))
+        bars = b.add(self.base, L.i32(g.shared_bytes - 1024 - 16 * g.stages))
         self.full = [b.add(bars, L.i32(8 * s)) for s in range(g.stages)]
         self.empty = [b.add(bars, L.i32(8 * (g.stages + s))) for s in range(g.stages)]
         tid = self.sreg("tid.x")
         self.tid = tid
-        self.m0, self.n0, self.batch_index = tile_coordinates(self)
         k_tiles = b.sdiv(b.add(self.size(g.k), L.i32(g.tile_k - 1)), L.i32(g.tile_k))
         with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
             for s in range(g.stages):
@@ -150,6 +153,24 @@ class _GemmEmitter:
                 self._consume(k_tiles, b.sub(warpgroup, L.i32(1)), b.and_(tid, L.i32(127)))
         b.ret_void()
 
+    def _for_each_tile(self, carried: list, body) -> list:
+        """Tiles ctaid.x, ctaid.x + nctaid.x, ...: each sets m0, n0 and batch_index, then
+        runs body(carried) -> carried."""
+        g, b = self.g, self.b
+        total = b.mul(b.sdiv(b.add(self.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m)),
+                      b.sdiv(b.add(self.size(g.n), L.i32(g.tile_n - 1)), L.i32(g.tile_n)))
+        for axis in g.batch:
+            total = b.mul(total, self.size(axis))
+        first, step = self.sreg("ctaid.x"), self.sreg("nctaid.x")
+        count = b.udiv(b.add(b.sub(total, first), b.sub(step, L.i32(1))), step)
+        count = b.select(b.icmp_signed(">", total, first), count, L.i32(0))
+
+        def one(i, state):
+            pid = b.add(first, b.mul(i, step))
+            self.m0, self.n0, self.batch_index = tile_coordinates(self, pid)
+            return body(state)
+        return loop(b, self.fn, count, carried, one)
+
     def _consumer_regs(self) -> int:
         spare = 65536 - 128 * PRODUCER_REGS
         return min(256, spare // (128 * self.g.consumers) // 8 * 8)
@@ -165,10 +186,10 @@ class _GemmEmitter:
         a_bytes = g.tile_m * g.tile_k * g.a.dtype.itemsize
 
         def step(kt, carried):
-            stage, phase = carried
+            stage, phase, issued = carried
             k0 = b.mul(kt, L.i32(g.tile_k))
             full = b.add(self.full[0], b.mul(stage, L.i32(8)))
-            with b.if_then(b.icmp_signed(">=", kt, L.i32(g.stages))):
+            with b.if_then(b.icmp_signed(">=", issued, L.i32(g.stages))):
                 # the consumers' release of this stage's previous use
                 P.mbarrier_wait(b, b.add(self.empty[0], b.mul(stage, L.i32(8))),
                                 b.xor(phase, L.i32(1)))
@@ -176,8 +197,9 @@ class _GemmEmitter:
             dst = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
             self._load_operand("a", dst, k0, self.m0, g.tile_m, full)
             self._load_operand("b", b.add(dst, L.i32(a_bytes)), k0, self.n0, g.tile_n, full)
-            return self._advance(stage, phase)
-        loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)], step)
+            return self._advance(stage, phase) + [b.add(issued, L.i32(1))]
+        self._for_each_tile([L.i32(0)] * 3,
+                            lambda state: loop(b, self.fn, k_tiles, state, step))
 
     def _advance(self, stage, phase):
         b = self.b
@@ -227,6 +249,9 @@ class _GemmEmitter:
         first_thread = b.zext(b.icmp_unsigned("==", thread, L.i32(0)), L.I32)
         acc0 = [L.f32(0.0)] * (g.tile_n // 2)
 
+        def empty_of(stage):
+            return b.add(self.empty[0], b.mul(stage, L.i32(8)))
+
         def step(kt, carried):
             stage, phase, acc = carried[0], carried[1], carried[2:]
             stage_base = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
@@ -241,21 +266,37 @@ class _GemmEmitter:
             # Keep this step's MMAs in flight while waiting for the previous step's, then
             # hand the previous step's stage back to the producer.
             acc = P.wgmma_wait(b, acc, 1)
-            previous = b.select(b.icmp_unsigned("==", stage, L.i32(0)),
-                                L.i32(g.stages - 1), b.sub(stage, L.i32(1)))
             release = b.and_(first_thread, b.zext(b.icmp_signed(">", kt, L.i32(0)), L.I32))
-            P.mbarrier_arrive_if(b, b.add(self.empty[0], b.mul(previous, L.i32(8))), release)
+            P.mbarrier_arrive_if(b, empty_of(self._previous(stage)), release)
             return self._advance(stage, phase) + acc
-        final = loop(b, self.fn, k_tiles, [L.i32(0), L.i32(0)] + acc0, step)
-        acc = P.wgmma_wait(b, final[2:], 0)
-        self._epilogue(acc, consumer, thread)
+
+        def tile(state):
+            final = loop(b, self.fn, k_tiles, state + acc0, step)
+            acc = P.wgmma_wait(b, final[2:], 0)
+            # the tile's last stage, in flight until now
+            last = b.and_(first_thread, b.zext(b.icmp_signed(">", k_tiles, L.i32(0)), L.I32))
+            P.mbarrier_arrive_if(b, empty_of(self._previous(final[0])), last)
+            self._epilogue(acc, consumer, thread)
+            return final[:2]
+        self._for_each_tile([L.i32(0), L.i32(0)], tile)
+        with b.if_then(b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread),
+                                       L.i32(0))):
+            P.tma_store_wait(b)
+
+    def _previous(self, stage):
+        b = self.b
+        return b.select(b.icmp_unsigned("==", stage, L.i32(0)), L.i32(self.g.stages - 1),
+                        b.sub(stage, L.i32(1)))
 
     # ---- epilogue ------------------------------------------------------------------
     def _epilogue(self, acc, consumer, thread) -> None:
         """Epilogue ops per accumulator, the output tile to shared memory, one TMA store."""
         g, b = self.g, self.b
         consumers = 128 * g.consumers
-        P.named_barrier(b, 1, consumers)      # every consumer is done reading the stages
+        issuer = b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread), L.i32(0))
+        with b.if_then(issuer):               # the last tile's store has read its smem
+            P.tma_store_wait(b)
+        P.named_barrier(b, 1, consumers)      # ... and every consumer is done with the stages
         warp, lane = b.lshr(thread, L.i32(5)), b.and_(thread, L.i32(31))
         row = b.add(b.mul(consumer, L.i32(64)), b.add(b.mul(warp, L.i32(16)),
                                                      b.lshr(lane, L.i32(2))))
@@ -273,20 +314,19 @@ class _GemmEmitter:
                 box_base = (c // chunk) * g.tile_m * SWIZZLE_BYTES
                 byte = b.add(b.mul(col, L.i32(out_es)), L.i32((c % chunk) * out_es))
                 swz = b.xor(b.lshr(byte, L.i32(4)), b.and_(r, L.i32(7)))
-                addr = b.add(b.add(self.base, L.i32(box_base)),
+                addr = b.add(b.add(self.out_smem, L.i32(box_base)),
                              b.add(b.mul(r, L.i32(SWIZZLE_BYTES)),
                                    b.or_(b.shl(swz, L.i32(4)), b.and_(byte, L.i32(15)))))
                 self._store_pair(addr, bits, out_es)
         P.fence_async_shared(b)
         P.named_barrier(b, 1, consumers)
-        with b.if_then(b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread),
-                                       L.i32(0))):
+        with b.if_then(issuer):
             box = out_box(g)
             for q in range(g.tile_n // chunk):
                 at = {g.m: self.m0, g.n: b.add(self.n0, L.i32(q * chunk))}
                 P.tma_store(b, self.tmap("out"), self._coords(box, at),
-                            b.add(self.base, L.i32(q * g.tile_m * SWIZZLE_BYTES)))
-            P.tma_store_wait(b)
+                            b.add(self.out_smem, L.i32(q * g.tile_m * SWIZZLE_BYTES)))
+            P.tma_store_commit(b)
 
     def _store_pair(self, addr, bits, es) -> None:
         b = self.b

@@ -67,9 +67,13 @@ def tma_store(b, tmap, coords: list, src) -> None:
          [tmap, *coords, src])
 
 
+def tma_store_commit(b) -> None:
+    _asm(b, "cp.async.bulk.commit_group;", "~{memory}", [])
+
+
 def tma_store_wait(b) -> None:
-    """Commit the stores issued so far and wait until their shared memory has been read."""
-    _asm(b, "cp.async.bulk.commit_group; cp.async.bulk.wait_group.read 0;", "~{memory}", [])
+    """Wait until the committed stores have read their shared memory (it may be reused)."""
+    _asm(b, "cp.async.bulk.wait_group.read 0;", "~{memory}", [])
 
 
 def prefetch_tensormap(b, tmap) -> None:

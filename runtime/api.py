@@ -257,7 +257,8 @@ def _run_gpu(graph, sched, sizes, infos, scalars, target, like) -> dict:
         for kernel in program.kernels:
             func = _function(kernel)
             args = binding.kernel_arguments(kernel, pointers, full, scalars)
-            driver.launch(func, kernel.blocks(full), kernel.threads, args, stream=stream,
+            sms = driver.multiprocessors() if kernel.persistent else None
+            driver.launch(func, kernel.blocks(full, sms), kernel.threads, args, stream=stream,
                           shared=kernel.dynamic_shared, kernel=kernel.name)
             if check_each:
                 driver.synchronize(stream)

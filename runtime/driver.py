@@ -143,6 +143,13 @@ def device_attribute(name: str) -> int:
                       f"cuDeviceGetAttribute({name})"))
 
 
+def multiprocessors() -> int:
+    """The multiprocessor count of device 0 (how many blocks a persistent kernel launches)."""
+    if "multiprocessors" not in _state:
+        _state["multiprocessors"] = device_attribute("MULTIPROCESSOR_COUNT")
+    return _state["multiprocessors"]
+
+
 # ---------------------------------------------------------------- modules and kernels
 
 def _ptx_key(ptx: str | bytes) -> tuple[str, bytes]:

@@ -6,6 +6,7 @@
       warpgroups: 2                    # consumer warpgroups (sm_90a; a producer one is added)
       raster: 8                        # grouped rasterization: 8 row-blocks walked together
       instruction: wgmma               # wgmma | mma_sync; chosen by the target when absent
+      persistent: true                 # one block per SM walks the tiles (wgmma)
 
 Which axis plays M, N or K is found in the algorithm (the recognizer names
 the roles); the tile is given by name so that a schedule reads like the math.
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 INSTRUCTIONS = ("wgmma", "mma_sync")
-KEYS = ("tile", "stages", "warpgroups", "raster", "instruction", "tf32")
+KEYS = ("tile", "stages", "warpgroups", "raster", "instruction", "persistent", "tf32")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ContractionSchedule:
     warpgroups: int | None = None
     raster: int | None = None
     instruction: str | None = None
+    persistent: bool | None = None
     tf32: bool = False         # fp32 operands may run as tf32 (10-bit mantissa products)
 
     @property
@@ -38,7 +40,7 @@ class ContractionSchedule:
         out: dict = {}
         if self.tile:
             out["tile"] = dict(self.tile)
-        for key in ("stages", "warpgroups", "raster", "instruction"):
+        for key in ("stages", "warpgroups", "raster", "instruction", "persistent"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.tf32:
@@ -56,6 +58,7 @@ class ContractionSchedule:
             tile=tuple((k, int(v)) for k, v in (d.get("tile") or {}).items()),
             stages=opt_int("stages"), warpgroups=opt_int("warpgroups"),
             raster=opt_int("raster"), instruction=d.get("instruction"),
+            persistent=None if d.get("persistent") is None else bool(d["persistent"]),
             tf32=bool(d.get("tf32", False)))
 
     def merged(self, override: "ContractionSchedule | None") -> "ContractionSchedule":
@@ -64,7 +67,7 @@ class ContractionSchedule:
         return ContractionSchedule(
             tile=override.tile or self.tile,
             **{k: getattr(override, k) if getattr(override, k) is not None else getattr(self, k)
-               for k in ("stages", "warpgroups", "raster", "instruction")},
+               for k in ("stages", "warpgroups", "raster", "instruction", "persistent")},
             tf32=self.tf32 or override.tf32)
 
 
@@ -88,5 +91,6 @@ def check_contraction(p, path: str, d) -> None:
     inst = d.get("instruction")
     if inst is not None and inst not in INSTRUCTIONS:
         p.unknown(f"{path}.instruction", inst, INSTRUCTIONS, "instruction")
-    if "tf32" in d and not isinstance(d["tf32"], bool):
-        p.add(f"{path}.tf32", f"must be true or false, not {_kind(d['tf32'])}")
+    for key in ("tf32", "persistent"):
+        if d.get(key) is not None and not isinstance(d[key], bool):
+            p.add(f"{path}.{key}", f"must be true or false, not {_kind(d[key])}")

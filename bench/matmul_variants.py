@@ -1,0 +1,47 @@
+"""Schedule variants of one contraction side by side with cuBLAS, in one run: what the
+shipped sm_90 schedules and the tile heuristic were chosen from.
+
+    python bench/matmul_variants.py
+"""
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+from timing import graph_ms  # noqa: E402
+
+import plait  # noqa: E402
+from plait.schedule import Schedule  # noqa: E402
+
+VARIANTS = {
+    "persistent (shipped)": {"persistent": True},
+    "one tile per block, 4 stages": {"persistent": False, "stages": 4},
+    "persistent 128x128": {"persistent": True, "tile": {"M": 128, "N": 128}, "stages": 4},
+    "persistent 128x256 raster 16": {"persistent": True, "raster": 16},
+    "persistent 128x256 raster 1": {"persistent": True, "raster": 1},
+    "persistent 64x256": {"persistent": True, "tile": {"M": 64, "N": 256}, "stages": 4},
+}
+SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 1024), (8192, 8192, 8192)]
+
+
+def main():
+    from matmul import matmul
+    for M, N, K in SHAPES:
+        a = torch.randn(M, K, device="cuda").bfloat16()
+        b = torch.randn(K, N, device="cuda").bfloat16()
+        flops = 2 * M * N * K
+        ref = graph_ms(lambda: a @ b)
+        print(f"{M}x{N}x{K}: cuBLAS {flops / ref / 1e9:.0f} TFLOP/s", flush=True)
+        for name, contraction in VARIANTS.items():
+            s = Schedule.from_dict({"algorithm": "matmul", "contraction": contraction})
+            ms = graph_ms(lambda s=s: plait.run(matmul, a, b, schedule=s))
+            print(f"  {name:32s} {flops / ms / 1e9:6.0f} TFLOP/s  {ref / ms:.2f} of cuBLAS",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
