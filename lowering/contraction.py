@@ -82,6 +82,18 @@ def _epilogue(graph: AlgorithmGraph, node: Node) -> tuple[str, ...]:
     return tuple(ops)
 
 
+def is_contraction(node: Node) -> bool:
+    """A sum over an axis of a product of two tensors that both have it, each with an axis
+    of its own (an inner product of two rows is a plain reduction)."""
+    if node.op != "sum" or node.inputs[0].op != "mul":
+        return False
+    k = node.attr("axis")
+    left, right = node.inputs[0].inputs
+    if k not in left.axes or k not in right.axes:
+        return False
+    return bool(set(left.axes) - set(right.axes)) and bool(set(right.axes) - set(left.axes))
+
+
 def find_contractions(graph: AlgorithmGraph) -> list[Contraction]:
     """Every sum over one axis of a product of two tensors that both have that axis."""
     found = []

@@ -21,7 +21,8 @@ from plait.schedule.default import default_kernel_schedule
 from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
 
 from .artifact import Buffer
-from .contraction import find_contractions
+from .contraction import find_contractions, is_contraction
+from .contraction_staging import stage_contractions
 from .layout import effective_grid
 from .policy import ResolvedPolicy
 
@@ -104,31 +105,37 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
             node = graph.inputs.get(p.name)
             if node is not None:
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
+    outputs, staged = dict(graph.outputs), []
+    if tensor_cores:      # computed operands and reduced contractions become temporaries
+        staged, outputs = stage_contractions(graph.name, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
-    # computes dx row by row and accumulates dw, db over the rows a block walks.
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for name, node in graph.outputs.items():
-        axes = iteration_axes(topo_order([node]), graph.axis_order)
-        groups.setdefault(axes, []).append(name)
+    # computes dx row by row and accumulates dw, db over the rows a block walks. For
+    # tensor cores a contraction keeps its kernel to itself.
+    groups: dict[tuple, list[str]] = {}
+    for name, node in outputs.items():
+        nodes = topo_order([node])
+        axes = iteration_axes(nodes, graph.axis_order)
+        alone = tensor_cores and any(is_contraction(n) for n in nodes)
+        groups.setdefault((axes, name) if alone else (axes,), []).append(name)
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
                        lambda name: tensor_cores and name not in generic)
+    for buf, value in staged:
+        planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
+        planner.plan(buf, {buf: value})
     for group in groups.values():
-        name = _kernel_name(graph, group, len(groups))
-        planner.plan(name, {o: graph.outputs[o] for o in group})
+        name = _kernel_name(graph, group, len(groups) + len(staged))
+        planner.plan(name, {o: outputs[o] for o in group})
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
                        tuple(buffers + planner.temps), tuple(planner.derived),
                        tuple(find_contractions(graph)), tuple(sorted(generic.items())))
 
 
 def _is_contraction_kernel(nodes: list[Node]) -> bool:
-    """One reduction, a sum of a product of two tensors that both have the summed axis."""
+    """One reduction, and that a contraction."""
     reductions = [n for n in nodes if n.op in REDUCE_OPS]
-    if len(reductions) != 1 or reductions[0].op != "sum" or reductions[0].inputs[0].op != "mul":
-        return False
-    axis = reductions[0].attr("axis")
-    return all(axis in i.axes for i in reductions[0].inputs[0].inputs)
+    return len(reductions) == 1 and is_contraction(reductions[0])
 
 
 def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[str, Node]:
