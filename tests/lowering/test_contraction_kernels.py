@@ -6,7 +6,7 @@ import pytest
 
 import contraction_cases as cc
 from golden import check_golden
-from plait.dsl import DType, PlaitError, evaluate
+from plait.dsl import DType, PlaitError, Tensor, evaluate, softmax, sum
 from plait.lowering.gemm_emulate import tile_of
 from plait.lowering.gemm_plan import GemmProgram
 from plait.lowering.pipeline import compile_program, emulate, lower
@@ -158,3 +158,31 @@ def test_contraction_kernels_assemble_without_spills(name, sizes):
     assert len(assemble(kernel.ptx, "sm_90a")) > 0
     usage = resource_usage(kernel.ptx, "sm_90a")[kernel.entry]
     assert usage.spill_stores == 0 and usage.stack_bytes == 0, usage
+
+
+def test_gradient_kernels_of_a_linear_layer():
+    """grad(matmul_bias_gelu): three tensor-core kernels (the forward's GEMM with the
+    activation's derivative in its epilogue, da, db) and a column sum for dbias."""
+    from plait.autodiff import grad
+    bwd = grad(matmul_bias_gelu)
+    sizes = {"M": 264, "N": 136, "K": 72}
+    rng = np.random.default_rng(7)
+    inputs = inputs_for(bwd, sizes, DType.BF16, rng)
+    graph = bwd.graph({k: DType.BF16 for k in inputs})
+    low = lower(graph, None, sizes, True, "sm_90a")
+    assert len([t for t in low.threads if isinstance(t, GemmProgram)]) == 3, low.kernel_graph.text()
+    out = emulate(graph, None, sizes, inputs, {}, "sm_90a")
+    ref = evaluate(graph, inputs)
+    for key in ("da", "db", "dbias"):
+        assert rel_err(out[key], ref[key]) < 2e-2, key
+
+
+def test_attention_scores_and_values_on_tensor_cores():
+    @__import__("plait").dsl.algorithm
+    def attention(q: Tensor["S", "D"], k: Tensor["T", "D"], v: Tensor["T", "E"]):
+        return sum(softmax(sum(q * k, over="D") * 0.125, over="T") * v, over="T")
+    sizes = {"S": 200, "T": 136, "D": 64, "E": 72}
+    low, out, ref, _ = run_both(attention, sizes, DType.BF16)
+    kinds = [type(t).__name__ for t in low.threads]
+    assert kinds == ["GemmProgram", "ThreadProgram", "GemmProgram"], low.kernel_graph.text()
+    assert rel_err(out, ref) < 2e-2
