@@ -130,7 +130,6 @@ class _GemmEmitter:
         self.full = [b.add(bars, L.i32(8 * s)) for s in range(g.stages)]
         self.empty = [b.add(bars, L.i32(8 * (g.stages + s))) for s in range(g.stages)]
         tid = self.sreg("tid.x")
-        self.tid = tid
         k_tiles = b.sdiv(b.add(self.size(g.k), L.i32(g.tile_k - 1)), L.i32(g.tile_k))
         with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
             for s in range(g.stages):
