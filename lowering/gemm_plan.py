@@ -16,7 +16,7 @@ assigned so that the output's contiguous axis is the N role (D^T = B^T A^T).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
@@ -31,8 +31,13 @@ WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2"}
 # Per target: the instructions it has, the first being the default, and the defaults of
 # the contraction schedule (tiles are chosen per size where the schedule gives none).
-INSTRUCTIONS = {"sm_90a": ("wgmma",)}
-DEFAULTS = {"sm_90a": ContractionSchedule(stages=4, raster=8, instruction="wgmma")}
+# mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
+_MMA_SYNC = ContractionSchedule(stages=3, raster=8, instruction="mma_sync")
+INSTRUCTIONS = {"sm_90a": ("wgmma", "mma_sync"), "sm_90": ("mma_sync",),
+                "sm_89": ("mma_sync",), "sm_86": ("mma_sync",), "sm_80": ("mma_sync",)}
+DEFAULTS = {"sm_90a": ContractionSchedule(stages=4, raster=8, instruction="wgmma",
+                                          persistent=True),
+            "sm_90": _MMA_SYNC, "sm_89": _MMA_SYNC, "sm_86": _MMA_SYNC, "sm_80": _MMA_SYNC}
 
 
 class NotAGemm(Exception):
@@ -74,6 +79,7 @@ class GemmProgram:
     epilogue: tuple[TileOp, ...]   # ops after the sum, ending in the store
     buffers: tuple[Buffer, ...]    # kernel-argument order: operands, epilogue reads, output
     scalars: tuple[tuple[str, DType], ...]
+    persistent: bool = False       # one block per SM walks the tiles
 
     @property
     def threads(self) -> int:
@@ -91,9 +97,13 @@ class GemmProgram:
 
     @property
     def shared_bytes(self) -> int:
-        # Stages, then the output tile (it may reuse the stages once the loop is done),
-        # then 2 mbarriers per stage; 1 KiB of slack to align the base to 1024.
-        tiles = max(self.stages * self.stage_bytes, self.out_bytes)
+        if self.instruction == "mma_sync":     # the stages only: no barriers, stores from
+            return self.stages * self.stage_bytes   # registers, the base aligned by .align
+        # Stages, then the output tile (which reuses the stages once the loop is done,
+        # unless the block goes on to another tile), then 2 mbarriers per stage; 1 KiB of
+        # slack to align the base to 1024.
+        stages = self.stages * self.stage_bytes
+        tiles = stages + self.out_bytes if self.persistent else max(stages, self.out_bytes)
         return 1024 + tiles + 16 * self.stages
 
     @property
@@ -118,7 +128,8 @@ class GemmProgram:
                  f"{self.out.dtype}[{','.join(self.out.axes)}]",
                  f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
                  f"{'consumers' if self.instruction == 'wgmma' else 'warps'} {self.consumers} "
-                 f"raster {self.raster} threads {self.threads} "
+                 f"raster {self.raster}{' persistent' if self.persistent else ''} "
+                 f"threads {self.threads} "
                  f"shared {self.shared_bytes} bytes",
                  f"  %{self.acc.id} = dot over {self.k}"
                  + "".join(f" x %{f}" for f in self.acc_factors)
@@ -279,7 +290,12 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
         *tiling, sched.raster, r.total, r.factors,
         tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
-        _argument_order(tile, r.a, r.b, r.out), tile.scalars)
+        _argument_order(tile, r.a, r.b, r.out), tile.scalars,
+        bool(sched.persistent) and sched.instruction == "wgmma")
+    if schedule is None or schedule.stages is None:
+        # Stages left to the compiler: as many of the default as fit beside the rest.
+        while plan.shared_bytes > SMEM_LIMIT and plan.stages > 2:
+            plan = replace(plan, stages=plan.stages - 1)
     if plan.shared_bytes > SMEM_LIMIT:
         raise PlaitError(f"kernel {tile.name}: contraction: {plan.stages} stages of "
                          f"{plan.stage_bytes} bytes need {plan.shared_bytes} bytes of shared "

@@ -25,15 +25,19 @@ def _blocks(r, sizes, tm, tn) -> int:
     return count
 
 
-def best_wgmma_tile(r, sizes) -> tuple[int, int]:
+def _best_tile(r, sizes, table) -> tuple[int, int]:
     """The tile with the most useful work per wave: efficiency x filled fraction of waves."""
     def score(entry):
         tm, tn, eff = entry
         blocks = _blocks(r, sizes, tm, tn)
         waves = -(-blocks // SMS)
         return eff * blocks / (waves * SMS)
-    tm, tn, _ = max(WGMMA_TILES, key=score)
+    tm, tn, _ = max(table, key=score)
     return tm, tn
+
+
+def best_wgmma_tile(r, sizes) -> tuple[int, int]:
+    return _best_tile(r, sizes, WGMMA_TILES)
 
 
 def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
@@ -64,4 +68,70 @@ def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
     return tm, tn, tk, sched.stages, consumers
 
 
-TILERS = {"wgmma": tile_wgmma}
+# ---- mma.sync (sm_80 and later) ---------------------------------------------------------
+# Block tiles (rows, columns, relative efficiency) for mma.sync. The efficiencies are
+# first guesses (bigger warp tiles reuse more of each ldmatrix), not yet measured.
+MMA_TILES = ((128, 256, 1.0), (128, 128, 0.85), (64, 128, 0.6), (64, 64, 0.4))
+MMA_SMEM_LIMIT = 163 * 1024     # opt-in shared memory per block on sm_80 (sm_86/89: 99 KiB)
+MMA_K = 16                      # k of one mma.sync.m16n8k16
+
+
+def warp_grid(tm: int, tn: int, warps: int) -> tuple[int, int] | None:
+    """(warps along M, warps along N) giving each warp the squarest sub-tile whose sides
+    are multiples of 16 (one ldmatrix.x4 covers 16 rows or columns); None if none does."""
+    best = None
+    for wm in range(1, warps + 1):
+        wn = warps // wm
+        if wm * wn != warps or tm % (16 * wm) or tn % (16 * wn):
+            continue
+        skew = abs((tm // wm) - (tn // wn))
+        if best is None or skew < best[0]:
+            best = (skew, wm, wn)
+    return None if best is None else best[1:]
+
+
+def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str):
+    """For mma_sync, `consumers` counts warps: 4 per warpgroup when the schedule gives
+    `warpgroups`, otherwise one per 64x64 of the tile (4 to 8)."""
+    es = r.a.dtype.itemsize
+    if es != 2:
+        from .gemm_plan import NotAGemm
+        raise NotAGemm(f"mma_sync is lowered for bf16 and fp16 operands, not {r.a.dtype} "
+                       "(fp8 tensor cores are lowered for sm_90a's wgmma)")
+    tiles = sched.tiles
+    auto_m, auto_n = _best_tile(r, sizes, MMA_TILES)
+    tm, tn = tiles.get(r.m, auto_m), tiles.get(r.n, auto_n)
+    tk = tiles.get(r.k, 32)
+    warps = 4 * sched.warpgroups if sched.warpgroups is not None else \
+        min(8, max(4, tm * tn // 4096))
+    if tk % 32:
+        raise PlaitError(f"{where}.tile.{r.k}: {tk}; mma_sync takes reduction tiles of 32, "
+                         "64, ... elements (shared-memory rows of whole 64-byte swizzle units)")
+    for axis, t in ((r.m, tm), (r.n, tn)):
+        if t % 32 or t > 256:
+            raise PlaitError(f"{where}.tile.{axis}: {t}; mma_sync tiles are multiples of 32 "
+                             "up to 256")
+        if (t * tk // 8) % (32 * warps):
+            raise PlaitError(f"{where}.tile.{axis}: {t}; the {t}x{tk} tile is not a whole "
+                             f"number of 16-byte copies per thread of {warps} warps")
+    if not 1 <= warps <= 16:
+        raise PlaitError(f"{where}.warpgroups: {sched.warpgroups}; 1 to 4 groups of 4 warps")
+    grid = warp_grid(tm, tn, warps)
+    if grid is None:
+        raise PlaitError(f"{where}.tile: {tm}x{tn} does not split into {warps} warp tiles "
+                         "with sides that are multiples of 16")
+    acc = (tm // grid[0]) * (tn // grid[1]) // 32
+    if acc > MAX_ACC_REGS:
+        raise PlaitError(f"{where}: {acc} accumulators per thread is over {MAX_ACC_REGS}; "
+                         "use a smaller tile or more warpgroups")
+    if sched.stages < 2:
+        raise PlaitError(f"{where}.stages: {sched.stages}; the cp.async pipeline needs 2 or "
+                         "more stages")
+    smem = sched.stages * (tm + tn) * tk * es
+    if smem > MMA_SMEM_LIMIT:
+        raise PlaitError(f"{where}.stages: {sched.stages} stages of {tm}+{tn} rows x {tk} "
+                         f"need {smem} bytes of shared memory; sm_80 has {MMA_SMEM_LIMIT}")
+    return tm, tn, tk, sched.stages, warps
+
+
+TILERS = {"wgmma": tile_wgmma, "mma_sync": tile_mma_sync}

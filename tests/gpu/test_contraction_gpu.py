@@ -119,3 +119,46 @@ def test_unaligned_rows_run_generically():
     a, b = rand(gen, M, K), rand(gen, K, N)
     assert not on_tensor_cores(matmul, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
     check(plait.run(matmul, a, b), a.double() @ b.double(), TOL[torch.bfloat16])
+
+
+MMA_CASES = {
+    "matmul": lambda a, b: ({"a": a, "b": b}, a.double() @ b.double()),
+    "mm_nt": lambda a, b: ({"a": a, "b": b.t().contiguous()}, a.double() @ b.double()),
+    "mm_tn": lambda a, b: ({"a": a.t().contiguous(), "b": b}, a.double() @ b.double()),
+    "mm_out_t": lambda a, b: ({"b": b, "a": a}, (a.double() @ b.double()).t()),
+}
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(MMA_CASES))
+@pytest.mark.parametrize("shape", [(264, 136, 72), (1000, 520, 264), (2048, 1024, 1024)])
+def test_mma_sync(name, shape, dtype, target):
+    """The sm_80 kernels (cp.async, ldmatrix, mma.sync), as PTX for sm_80 that the driver
+    compiles for the H200, and picked by a schedule on sm_90a."""
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(M + 3 * N + K)
+    a, b = rand(gen, M, K, dtype=dtype), rand(gen, K, N, dtype=dtype)
+    args, ref = MMA_CASES[name](a, b)
+    algo = matmul if name == "matmul" else getattr(cc, name)
+    schedule = {"algorithm": algo.name, "contraction": {"instruction": "mma_sync"}}
+    dtypes = {k: DT[v.dtype] for k, v in args.items()}
+    program = plait_compile(algo, dtypes, {"M": M, "N": N, "K": K}, schedule=schedule,
+                            target=target)
+    assert all("mma.sync" in k.ptx for k in program.kernels)
+    out = plait.run(algo, **args, schedule=schedule, target=target)
+    check(out, ref, TOL[dtype])
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_mma_sync_epilogues_and_batch(target):
+    M, N, K = 333, 200, 136
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    a, b, bias = rand(gen, M, K), rand(gen, K, N), rand(gen, N)
+    mma = {"instruction": "mma_sync"}
+    out = plait.run(matmul_bias_gelu, a, b, bias, target=target,
+                    schedule={"algorithm": "matmul_bias_gelu", "contraction": mma})
+    check(out, torch.nn.functional.gelu(a.double() @ b.double() + bias.double()), 2e-2)
+    a3, b3 = rand(gen, 3, M, K), rand(gen, 3, K, N)
+    out = plait.run(bmm, a3, b3, target=target, schedule={"algorithm": "bmm", "contraction": mma})
+    check(out, a3.double() @ b3.double(), 2e-2)
