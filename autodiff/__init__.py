@@ -13,10 +13,11 @@ from .source import from_source, to_source
 from .transform import forward_with_saved, grad, vjp
 
 
-def to_torch(algo, wrt=None, schedule=None):
-    """A torch-callable running algo forward and its gradient backward (see torch_bridge)."""
+def to_torch(algo, wrt=None, schedule=None, grad_schedule=None, save=None):
+    """A torch-callable running algo forward and its gradient backward (see torch_bridge).
+    Imported lazily: plait does not depend on torch."""
     from .torch_bridge import to_torch as _to_torch
-    return _to_torch(algo, wrt=wrt, schedule=schedule)
+    return _to_torch(algo, wrt=wrt, schedule=schedule, grad_schedule=grad_schedule, save=save)
 
 
 __all__ = ["DerivedAlgorithm", "GradientCheckError", "RULES", "check_grads", "differentiate",
