@@ -21,8 +21,8 @@ VARIANTS = {
     "persistent (shipped)": {"persistent": True},
     "one tile per block, 4 stages": {"persistent": False, "stages": 4},
     "persistent 128x128": {"persistent": True, "tile": {"M": 128, "N": 128}, "stages": 4},
-    "persistent 128x256 raster 16": {"persistent": True, "raster": 16},
-    "persistent 128x256 raster 1": {"persistent": True, "raster": 1},
+    "persistent, raster 16": {"persistent": True, "raster": 16},
+    "persistent, raster 1 (row-major tile order)": {"persistent": True, "raster": 1},
     "persistent 64x256": {"persistent": True, "tile": {"M": 64, "N": 256}, "stages": 4},
     "mma_sync (the sm_80 kernel)": {"instruction": "mma_sync"},
 }
