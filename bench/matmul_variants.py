@@ -29,17 +29,23 @@ VARIANTS = {
 # Measured 2026-12-02 on the H200: the sm_90a schedules ship the first line; the others
 # are what it was chosen over (bench/RESULTS.md).
 SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 1024), (8192, 8192, 8192)]
+# Few output tiles over a long K: what split_k is for.
+SPLIT_SHAPES = [(512, 512, 16384), (1024, 1024, 8192)]
+SPLIT_VARIANTS = {"no split (shipped)": {"persistent": True},
+                  "split_k 4": {"persistent": True, "split_k": 4},
+                  "split_k 8": {"persistent": True, "split_k": 8}}
 
 
 def main():
     from matmul import matmul
-    for M, N, K in SHAPES:
+    runs = [(shape, VARIANTS) for shape in SHAPES] + [(s, SPLIT_VARIANTS) for s in SPLIT_SHAPES]
+    for (M, N, K), variants in runs:
         a = torch.randn(M, K, device="cuda").bfloat16()
         b = torch.randn(K, N, device="cuda").bfloat16()
         flops = 2 * M * N * K
         ref = graph_ms(lambda: a @ b)
         print(f"{M}x{N}x{K}: cuBLAS {flops / ref / 1e9:.0f} TFLOP/s", flush=True)
-        for name, contraction in VARIANTS.items():
+        for name, contraction in variants.items():
             s = Schedule.from_dict({"algorithm": "matmul", "contraction": contraction})
             ms = graph_ms(lambda s=s: plait.run(matmul, a, b, schedule=s))
             print(f"  {name:32s} {flops / ms / 1e9:6.0f} TFLOP/s  {ref / ms:.2f} of cuBLAS",

@@ -54,7 +54,7 @@ def tile_coordinates(k, pid=None) -> tuple:
     m0 = b.mul(b.add(first, b.urem(within, rows)), L.i32(g.tile_m))
     n0 = b.mul(b.udiv(within, rows), L.i32(g.tile_n))
     batch_index = {}
-    for axis in reversed(g.batch):      # the last batch axis varies fastest
+    for axis in reversed(g.outer_axes):  # the last batch axis varies fastest
         batch_index[axis] = b.urem(batch, k.size(axis))
         batch = b.udiv(batch, k.size(axis))
     return m0, n0, batch_index

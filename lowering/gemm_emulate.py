@@ -45,17 +45,22 @@ def _take(array, axes, index: dict[str, np.ndarray]):
 def run_gemm_program(g: GemmProgram, sizes: dict[str, int], arrays: dict[str, np.ndarray],
                      scalars: dict[str, float]) -> None:
     grid_m, grid_n = -(-sizes[g.m] // g.tile_m), -(-sizes[g.n] // g.tile_n)
-    batches = list(itertools.product(*[range(sizes[a]) for a in g.batch]))
+    batches = list(itertools.product(*[range(sizes[a]) for a in g.outer_axes]))
     k_tiles = -(-sizes[g.k] // g.tile_k)
     a, b = arrays[g.a.buffer.name], arrays[g.b.buffer.name]
     for coords in batches:
-        fixed = {ax: np.asarray(c) for ax, c in zip(g.batch, coords)}
+        fixed = {ax: np.asarray(c) for ax, c in zip(g.outer_axes, coords)}
+        first, count = 0, k_tiles          # all of K, or this split's range of it
+        if g.split:
+            per = g.split_chunk // g.tile_k
+            first = fixed[g.split] * per
+            count = min(k_tiles - first, per)
         for pid in range(grid_m * grid_n):
             pm, pn = tile_of(pid, grid_m, grid_n, g.raster)
             rows = pm * g.tile_m + np.arange(g.tile_m)
             cols = pn * g.tile_n + np.arange(g.tile_n)
             acc = np.zeros((g.tile_m, g.tile_n), np.float32)
-            for kt in range(k_tiles):
+            for kt in range(first, first + count):
                 ks = kt * g.tile_k + np.arange(g.tile_k)
                 at = _take(a, g.a.buffer.axes, {**fixed, g.m: rows[:, None], g.k: ks[None, :]})
                 bt = _take(b, g.b.buffer.axes, {**fixed, g.n: cols[None, :], g.k: ks[:, None]})

@@ -28,7 +28,7 @@ from .tile import TileOp, TileProgram
 SWIZZLE_BYTES = 128             # one swizzle row: BK for K-major, 64 elements for MN-major
 SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
-               DType.FP8_E5M2: "e5m2"}
+               DType.FP8_E5M2: "e5m2", DType.FP32: "tf32"}
 # Per target: the instructions it has, the first being the default, and the defaults of
 # the contraction schedule (tiles are chosen per size where the schedule gives none).
 # mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
@@ -80,6 +80,13 @@ class GemmProgram:
     buffers: tuple[Buffer, ...]    # kernel-argument order: operands, epilogue reads, output
     scalars: tuple[tuple[str, DType], ...]
     persistent: bool = False       # one block per SM walks the tiles
+    split: str | None = None       # split-K: the output's axis of K ranges, each
+    split_chunk: int = 0           # split_chunk elements long (a multiple of tile_k)
+
+    @property
+    def outer_axes(self) -> tuple[str, ...]:
+        """Axes of whole tiles besides M and N: batch axes, then the split-K axis."""
+        return self.batch + ((self.split,) if self.split else ())
 
     @property
     def threads(self) -> int:
@@ -108,11 +115,12 @@ class GemmProgram:
 
     @property
     def grid(self) -> tuple[tuple[str, int], ...]:
-        return ((self.m, self.tile_m), (self.n, self.tile_n)) + tuple((a, 1) for a in self.batch)
+        return ((self.m, self.tile_m), (self.n, self.tile_n)) + tuple(
+            (a, 1) for a in self.outer_axes)
 
     @property
     def size_args(self) -> tuple[str, ...]:
-        names = {self.m, self.n, self.k, *self.batch}
+        names = {self.m, self.n, self.k, *self.outer_axes}
         for b in self.buffers:
             names.update(b.axes)
         return tuple(sorted(names))
@@ -123,7 +131,8 @@ class GemmProgram:
                    f"{'K' if o.k_major else 'MN'}-major"
         lines = [f"gemm program {self.name} on {self.target} ({self.instruction}): "
                  f"[{self.m}] x [{self.n}] over "
-                 f"{self.k}" + (f" batch [{','.join(self.batch)}]" if self.batch else ""),
+                 f"{self.k}" + (f" batch [{','.join(self.batch)}]" if self.batch else "")
+                 + (f" split-K along {self.split} by {self.split_chunk}" if self.split else ""),
                  f"  A {operand(self.a)}; B {operand(self.b)}; out {self.out.name}:"
                  f"{self.out.dtype}[{','.join(self.out.axes)}]",
                  f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
@@ -203,14 +212,13 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int], tuple[in
 
 
 def _operand_dtype_problem(a: DType, b: DType, tf32: bool) -> str | None:
-    if a in WGMMA_TYPES and b in WGMMA_TYPES:
-        if (a.bits == 8) != (b.bits == 8) or (a.bits == 16 and a != b):
-            return f"wgmma multiplies bf16 x bf16, fp16 x fp16 or fp8 x fp8, not {a} x {b}"
-        return None
     if a == b == DType.FP32:
         return None if tf32 else ("fp32 operands run on tensor cores only as tf32; set "
                                   "contraction.tf32: true to allow it")
-    return f"no tensor-core instruction multiplies {a} x {b}"
+    if a in WGMMA_TYPES and b in WGMMA_TYPES and a.bits == b.bits and (a == b or a.bits == 8):
+        return None
+    return (f"tensor cores multiply bf16 x bf16, fp16 x fp16, fp8 x fp8 (e4m3 and e5m2 mixed) "
+            f"or tf32 x tf32, not {a} x {b}")
 
 
 @dataclass(frozen=True)
@@ -226,6 +234,7 @@ class Roles:
     total: TileOp
     chain: frozenset[int]
     factors: tuple[int, ...]
+    split: str | None          # split-K: the axis of K ranges the output has besides
 
 
 def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
@@ -241,14 +250,15 @@ def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
     if len(mx) != 1 or len(ny) != 1:
         raise NotAGemm(f"operands over [{','.join(xa)}] and [{','.join(ya)}]: one free axis "
                        "each is what tensor cores take")
-    if set(out.axes) != {mx[0], ny[0], *batch}:
+    split = total.attr("partial")
+    if set(out.axes) != {mx[0], ny[0], *batch} | ({split} if split else set()):
         raise NotAGemm(f"the output [{','.join(out.axes)}] is not over the contraction's "
                        "free and batch axes")
     # The output's contiguous axis is N: its rows are what the epilogue writes.
     if out.axes[-1] == mx[0]:
         x, y, mx, ny = y, x, ny, mx
     elif out.axes[-1] != ny[0]:
-        raise NotAGemm("the output's innermost axis is a batch axis")
+        raise NotAGemm("the output's innermost axis is a batch or split axis")
     a_buf, b_buf = buffers[x.attr("buffer")], buffers[y.attr("buffer")]
     a = Operand(a_buf, a_buf.axes[-1] == k)
     b = Operand(b_buf, b_buf.axes[-1] == k)
@@ -258,13 +268,14 @@ def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
     for op in tile.ops:
         if op.op == "load" and op.id not in chain and k in buffers[op.attr("buffer")].axes:
             raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
-    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain), factors)
+    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain), factors, split)
 
 
 def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
-              schedule: ContractionSchedule | None) -> GemmProgram:
+              schedule: ContractionSchedule | None, derived=()) -> GemmProgram:
     """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
-    (or the target has none), PlaitError when the schedule asks for what cannot be."""
+    (or the target has none), PlaitError when the schedule asks for what cannot be.
+    `derived`: (axis, elements per index) of the compiler's axes, e.g. split-K ranges."""
     if target not in DEFAULTS:
         raise NotAGemm(f"no tensor-core lowering for {target} yet")
     sched = DEFAULTS[target].merged(schedule)
@@ -273,8 +284,6 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
                          f"not available on {target} (it has {', '.join(INSTRUCTIONS[target])})")
     r = find_roles(tile, sizes)
     problem = _operand_dtype_problem(r.a.dtype, r.b.dtype, sched.tf32)
-    if problem is None and r.a.dtype == DType.FP32:
-        problem = "tf32 contractions are not lowered yet"
     if problem:
         raise NotAGemm(problem)
     for buf in (r.a.buffer, r.b.buffer, r.out):
@@ -284,6 +293,8 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
                            "tensor-core loads cannot address them")
     if not aligned:
         raise NotAGemm("array addresses are not 16-byte aligned")
+    if r.split and sched.instruction != "wgmma":
+        raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
     from .gemm_tiles import TILERS
     tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction")
     plan = GemmProgram(
@@ -291,7 +302,8 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         *tiling, sched.raster, r.total, r.factors,
         tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
         _argument_order(tile, r.a, r.b, r.out), tile.scalars,
-        bool(sched.persistent) and sched.instruction == "wgmma")
+        bool(sched.persistent) and sched.instruction == "wgmma", r.split,
+        dict(derived)[r.split] if r.split else 0)
     if schedule is None or schedule.stages is None:
         # Stages left to the compiler: as many of the default as fit beside the rest.
         while plan.shared_bytes > SMEM_LIMIT and plan.stages > 2:

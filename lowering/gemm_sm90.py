@@ -158,7 +158,7 @@ class _GemmEmitter:
         g, b = self.g, self.b
         total = b.mul(b.sdiv(b.add(self.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m)),
                       b.sdiv(b.add(self.size(g.n), L.i32(g.tile_n - 1)), L.i32(g.tile_n)))
-        for axis in g.batch:
+        for axis in g.outer_axes:
             total = b.mul(total, self.size(axis))
         first, step = self.sreg("ctaid.x"), self.sreg("nctaid.x")
         count = b.udiv(b.add(b.sub(total, first), b.sub(step, L.i32(1))), step)
@@ -174,6 +174,16 @@ class _GemmEmitter:
         spare = 65536 - 128 * PRODUCER_REGS
         return min(256, spare // (128 * self.g.consumers) // 8 * 8)
 
+    def _k_range(self, k_tiles):
+        """(first K tile, K tiles) of the current tile: all of K, or its split-K range."""
+        g, b = self.g, self.b
+        if not g.split:
+            return L.i32(0), k_tiles
+        per = L.i32(g.split_chunk // g.tile_k)
+        first = b.mul(self.batch_index[g.split], per)
+        left = b.sub(k_tiles, first)
+        return first, b.select(b.icmp_signed("<", left, per), left, per)
+
     def _coords(self, axes_box, at: dict) -> list:
         """Tensor-map coordinates (innermost first) of a box whose corner is `at`."""
         return [at[a] if a in at else self.batch_index.get(a, L.i32(0))
@@ -186,7 +196,7 @@ class _GemmEmitter:
 
         def step(kt, carried):
             stage, phase, issued = carried
-            k0 = b.mul(kt, L.i32(g.tile_k))
+            k0 = b.mul(b.add(self.k_first, kt), L.i32(g.tile_k))
             full = b.add(self.full[0], b.mul(stage, L.i32(8)))
             with b.if_then(b.icmp_signed(">=", issued, L.i32(g.stages))):
                 # the consumers' release of this stage's previous use
@@ -197,8 +207,10 @@ class _GemmEmitter:
             self._load_operand("a", dst, k0, self.m0, g.tile_m, full)
             self._load_operand("b", b.add(dst, L.i32(a_bytes)), k0, self.n0, g.tile_n, full)
             return self._advance(stage, phase) + [b.add(issued, L.i32(1))]
-        self._for_each_tile([L.i32(0)] * 3,
-                            lambda state: loop(b, self.fn, k_tiles, state, step))
+        def tile(state):
+            self.k_first, count = self._k_range(k_tiles)
+            return loop(b, self.fn, count, state, step)
+        self._for_each_tile([L.i32(0)] * 3, tile)
 
     def _advance(self, stage, phase):
         b = self.b
@@ -270,10 +282,11 @@ class _GemmEmitter:
             return self._advance(stage, phase) + acc
 
         def tile(state):
-            final = loop(b, self.fn, k_tiles, state + acc0, step)
+            _, count = self._k_range(k_tiles)
+            final = loop(b, self.fn, count, state + acc0, step)
             acc = P.wgmma_wait(b, final[2:], 0)
             # the tile's last stage, in flight until now
-            last = b.and_(first_thread, b.zext(b.icmp_signed(">", k_tiles, L.i32(0)), L.I32))
+            last = b.and_(first_thread, b.zext(b.icmp_signed(">", count, L.i32(0)), L.I32))
             P.mbarrier_arrive_if(b, empty_of(self._previous(final[0])), last)
             self._epilogue(acc, consumer, thread)
             return final[:2]

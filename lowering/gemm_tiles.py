@@ -20,7 +20,7 @@ WGMMA_TILES = ((128, 256, 1.0), (128, 128, 0.8), (64, 256, 0.7), (64, 128, 0.6))
 
 def _blocks(r, sizes, tm, tn) -> int:
     count = -(-sizes[r.m] // tm) * -(-sizes[r.n] // tn)
-    for axis in r.batch:
+    for axis in r.batch + ((r.split,) if r.split else ()):
         count *= sizes[axis]
     return count
 
@@ -42,10 +42,10 @@ def best_wgmma_tile(r, sizes) -> tuple[int, int]:
 
 def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
     es = r.a.dtype.itemsize
-    if es == 1 and not (r.a.k_major and r.b.k_major):
+    if es != 2 and not (r.a.k_major and r.b.k_major):
         from .gemm_plan import NotAGemm
-        raise NotAGemm("wgmma reads fp8 operands K-major only: store both with K innermost "
-                       "(e.g. B as [N, K])")
+        raise NotAGemm(f"wgmma reads {'fp8' if es == 1 else 'tf32'} operands K-major only: "
+                       "store both with K innermost (e.g. B as [N, K])")
     tiles = sched.tiles
     auto_m, auto_n = best_wgmma_tile(r, sizes)
     tm, tn = tiles.get(r.m, auto_m), tiles.get(r.n, auto_n)

@@ -27,6 +27,7 @@ from .layout import effective_grid
 from .policy import ResolvedPolicy
 
 REDUCE_OPS = ("sum", "max", "min")
+SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,10 @@ class _Planner:
         axes = iteration_axes(nodes, self.axis_order)
         if self.whole_contraction(name) and _is_contraction_kernel(nodes):
             ks = self.schedule.for_kernel(name) if self.schedule is not None else KernelSchedule()
+            split = ks.contraction.split_k if ks.contraction is not None else None
+            if split and split > 1:
+                self._split_contraction(name, outputs, nodes, axes, ks, split)
+                return
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks, True))
             return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
@@ -225,17 +230,48 @@ class _Planner:
             then = _substitute(rest, reread)
             self.plan(f"{name}.then", then)
             return
-        finish_ks = None
-        if self.schedule is not None:
-            short = finish_name[len(self.graph.name) + 1:]
-            if any(k in dict(self.schedule.kernels) for k in (finish_name, short)):
-                finish_ks = self.schedule.for_kernel(finish_name)
-        self.plan(finish_name, rewritten, finish_ks or self._finish_schedule(rewritten))
+        self.plan(finish_name, rewritten, self._finish_schedule(rewritten, finish_name))
 
-    def _finish_schedule(self, outputs: dict[str, Node]) -> KernelSchedule:
-        """Rows of partials are few (hundreds): 64 threads down the rows, each holding at
+    def _split_contraction(self, name, outputs, nodes, axes, ks, split: int) -> None:
+        """Split-K: the contraction kernel sums `split` ranges of K into fp32 partials over
+        a derived axis, and `<name>.finish` adds them up and runs the epilogue. Ranges are
+        whole multiples of 128 elements, a multiple of every tensor-core K tile."""
+        (r,) = [n for n in nodes if n.op in REDUCE_OPS]
+        k = r.attr("axis")
+        chunk = -(-(-(-self.sizes[k] // split)) // SPLIT_K_QUANTUM) * SPLIT_K_QUANTUM
+        part_axis = f"{k}_splits{len(self.derived)}"
+        self.derived.append((part_axis, k, chunk))
+        self.sizes[part_axis] = -(-self.sizes[k] // chunk)
+        self.axis_order = (part_axis,) + self.axis_order
+        buf = f"{name}.partial"
+        partial = Node("sum", r.inputs, (part_axis,) + r.axes, DType.FP32,
+                       r.attrs + (("partial", part_axis),), r.loc)
+        self.temps.append(Buffer(buf, DType.FP32, partial.axes, "temp"))
+        self.kernels.append(KernelPlan(name, ((buf, partial),), axes, ks, True))
+        loaded = Node("input", (), partial.axes, DType.FP32, make_attrs(name=buf), r.loc)
+        total = Node("sum", (loaded,), r.axes, r.dtype, make_attrs(axis=part_axis), r.loc)
+        rest = _substitute(outputs, {r.uid: total})
+        finish = f"{name}.finish"
+        self.plan(finish, rest, self._finish_schedule(rest, finish, registers=part_axis))
+
+    def _finish_schedule(self, outputs: dict[str, Node], name: str | None = None,
+                         registers: str | None = None) -> KernelSchedule:
+        """The schedule's entry for kernel `name` when it has one under `kernels:`, else:
+        rows of partials are few (hundreds): 64 threads down the rows, each holding at
         most 64 of them, and 4 x 4 columns per block; more rows than that are walked."""
+        if name is not None and self.schedule is not None:
+            short = name[len(self.graph.name) + 1:]
+            if any(k in dict(self.schedule.kernels) for k in (name, short)):
+                return self.schedule.for_kernel(name)
         nodes = topo_order(list(outputs.values()))
+        if registers is not None:
+            # A few split-K partials: each block walks them all in a loop, adding in
+            # registers, 256 threads x 4 columns along the innermost axis.
+            axes = iteration_axes(nodes, self.axis_order)
+            inner = axes[-1]
+            grid = tuple((a, self.sizes[a] if a == registers else 1) for a in axes[:-1])
+            return KernelSchedule(grid=grid + ((inner, 1024),),
+                                  block=((inner, AxisBlock(256, 4)),))
         axes = iteration_axes(nodes, self.axis_order)
         derived = {a for a, _, _ in self.derived}
         part = [a for a in axes if a in derived]

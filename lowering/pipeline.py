@@ -54,19 +54,20 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     while True:
         kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic)
         tiles = build_tile_programs(kg, policy)
+        full = dict(sizes)
+        for axis, src, tile in kg.derived:
+            full[axis] = -(-full[src] // tile)
         gemms: dict[str, GemmProgram] = {}
         for plan, tile in zip(kg.kernels, tiles):
             if plan.contraction:
                 try:
-                    gemms[plan.name] = plan_gemm(tile, sizes, target, aligned,
-                                                 plan.schedule.contraction)
+                    gemms[plan.name] = plan_gemm(
+                        tile, full, target, aligned, plan.schedule.contraction,
+                        tuple((axis, chunk) for axis, _, chunk in kg.derived))
                 except NotAGemm as why:
                     generic[plan.name] = str(why)
         if all(p.name in gemms for p in kg.kernels if p.contraction):
             break
-    full = dict(sizes)
-    for axis, src, tile in kg.derived:
-        full[axis] = -(-full[src] // tile)
     threads = []
     for plan, tile in zip(kg.kernels, tiles):
         if plan.name in gemms:

@@ -7,6 +7,7 @@
       raster: 8                        # grouped rasterization: 8 row-blocks walked together
       instruction: wgmma               # wgmma | mma_sync; chosen by the target when absent
       persistent: true                 # one block per SM walks the tiles (wgmma)
+      split_k: 4                       # K cut in 4 ranges summed by a finish kernel
 
 Which axis plays M, N or K is found in the algorithm (the recognizer names
 the roles); the tile is given by name so that a schedule reads like the math.
@@ -19,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 INSTRUCTIONS = ("wgmma", "mma_sync")
-KEYS = ("tile", "stages", "warpgroups", "raster", "instruction", "persistent", "tf32")
+KEYS = ("tile", "stages", "warpgroups", "raster", "instruction", "persistent", "split_k",
+        "tf32")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ContractionSchedule:
     raster: int | None = None
     instruction: str | None = None
     persistent: bool | None = None
+    split_k: int | None = None
     tf32: bool = False         # fp32 operands may run as tf32 (10-bit mantissa products)
 
     @property
@@ -40,7 +43,7 @@ class ContractionSchedule:
         out: dict = {}
         if self.tile:
             out["tile"] = dict(self.tile)
-        for key in ("stages", "warpgroups", "raster", "instruction", "persistent"):
+        for key in ("stages", "warpgroups", "raster", "instruction", "persistent", "split_k"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.tf32:
@@ -58,6 +61,7 @@ class ContractionSchedule:
             tile=tuple((k, int(v)) for k, v in (d.get("tile") or {}).items()),
             stages=opt_int("stages"), warpgroups=opt_int("warpgroups"),
             raster=opt_int("raster"), instruction=d.get("instruction"),
+            split_k=opt_int("split_k"),
             persistent=None if d.get("persistent") is None else bool(d["persistent"]),
             tf32=bool(d.get("tf32", False)))
 
@@ -67,7 +71,8 @@ class ContractionSchedule:
         return ContractionSchedule(
             tile=override.tile or self.tile,
             **{k: getattr(override, k) if getattr(override, k) is not None else getattr(self, k)
-               for k in ("stages", "warpgroups", "raster", "instruction", "persistent")},
+               for k in ("stages", "warpgroups", "raster", "instruction", "persistent",
+                         "split_k")},
             tf32=self.tf32 or override.tf32)
 
 
@@ -85,7 +90,7 @@ def check_contraction(p, path: str, d) -> None:
                 p.add(f"{path}.tile.{axis}", f"an axis name must be a string, not {_kind(axis)}")
             if _int(p, f"{path}.tile.{axis}", size) and size < 1:
                 p.add(f"{path}.tile.{axis}", f"a tile is at least 1, not {size}")
-    for key in ("stages", "warpgroups", "raster"):
+    for key in ("stages", "warpgroups", "raster", "split_k"):
         if d.get(key) is not None and _int(p, f"{path}.{key}", d[key]) and d[key] < 1:
             p.add(f"{path}.{key}", f"{key} is at least 1, not {d[key]}")
     inst = d.get("instruction")

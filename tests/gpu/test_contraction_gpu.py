@@ -19,7 +19,7 @@ from bmm import bmm  # noqa: E402
 TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float8_e4m3fn: 2e-2}
 SHAPES = [(257, 136, 72), (1000, 520, 264), (128, 256, 64), (2048, 1536, 2048), (64, 8, 8)]
 DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3",
-      torch.float8_e5m2: "fp8_e5m2"}
+      torch.float8_e5m2: "fp8_e5m2", torch.float32: "fp32"}
 
 
 def rand(gen, *shape, dtype=torch.bfloat16, scale=1.0):
@@ -162,3 +162,30 @@ def test_mma_sync_epilogues_and_batch(target):
     a3, b3 = rand(gen, 3, M, K), rand(gen, 3, K, N)
     out = plait.run(bmm, a3, b3, target=target, schedule={"algorithm": "bmm", "contraction": mma})
     check(out, a3.double() @ b3.double(), 2e-2)
+
+
+@pytest.mark.parametrize("split", [2, 5])
+@pytest.mark.parametrize("shape", [(257, 136, 1000), (128, 256, 8192)])
+def test_split_k(shape, split):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(split * 31 + M)
+    a, b, bias = rand(gen, M, K), rand(gen, K, N), rand(gen, N)
+    schedule = {"algorithm": "matmul_bias_gelu", "contraction": {"split_k": split}}
+    assert on_tensor_cores(matmul_bias_gelu, {"a": a, "b": b, "bias": bias},
+                           {"M": M, "N": N, "K": K}, schedule)
+    out = plait.run(matmul_bias_gelu, a, b, bias, schedule=schedule)
+    check(out, torch.nn.functional.gelu(a.double() @ b.double() + bias.double()), 2e-2)
+
+
+@pytest.mark.parametrize("shape", [(264, 136, 72), (1024, 1024, 2048)])
+def test_tf32(shape):
+    """fp32 operands as tf32 (10-bit mantissas): within 5e-3 of the float64 product."""
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    a, b = rand(gen, M, K, dtype=torch.float32), rand(gen, N, K, dtype=torch.float32)
+    schedule = {"algorithm": "mm_nt", "contraction": {"tf32": True}}
+    program = plait_compile(cc.mm_nt, {"a": "fp32", "b": "fp32"}, {"M": M, "N": N, "K": K},
+                            schedule=schedule)
+    assert "tf32.tf32" in program.kernels[0].ptx
+    out = plait.run(cc.mm_nt, a, b, schedule=schedule)
+    check(out, a.double() @ b.double().t(), 5e-3)

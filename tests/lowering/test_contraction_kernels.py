@@ -186,3 +186,51 @@ def test_attention_scores_and_values_on_tensor_cores():
     kinds = [type(t).__name__ for t in low.threads]
     assert kinds == ["GemmProgram", "ThreadProgram", "GemmProgram"], low.kernel_graph.text()
     assert rel_err(out, ref) < 2e-2
+
+
+@pytest.mark.parametrize("split", [2, 3, 8])
+def test_split_k_on_odd_shapes(split):
+    """split_k: a tensor-core kernel sums ranges of K into fp32 partials, and the finish
+    kernel adds them and runs the epilogue."""
+    s = Schedule.from_dict({"algorithm": "matmul_bias_gelu", "contraction": {"split_k": split}})
+    low, out, ref, _ = run_both(matmul_bias_gelu, {"M": 257, "N": 136, "K": 1000},
+                                DType.BF16, s)
+    g = low.threads[0]
+    assert isinstance(g, GemmProgram) and g.split and g.split_chunk % g.tile_k == 0
+    assert [k.name for k in low.kernel_graph.kernels] == ["matmul_bias_gelu",
+                                                           "matmul_bias_gelu.finish"]
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_split_k_on_mma_sync_runs_without_splitting():
+    s = Schedule.from_dict({"algorithm": "matmul", "contraction": {"split_k": 2}})
+    graph = matmul.graph({"a": "bf16", "b": "bf16"})
+    low = lower(graph, s, {"M": 128, "N": 128, "K": 512}, True, "sm_80")
+    assert "split-K is lowered for wgmma only" in low.kernel_graph.text()
+
+
+def test_tf32_needs_the_schedule_and_k_major_operands():
+    s = Schedule.from_dict({"algorithm": "mm_nt", "contraction": {"tf32": True}})
+    low, out, ref, _ = run_both(cc.mm_nt, {"M": 264, "N": 136, "K": 72}, DType.FP32, s)
+    g = low.threads[0]
+    assert isinstance(g, GemmProgram) and g.tile_k == 32
+    assert rel_err(out, ref) < 1e-5       # the CPU executor multiplies in fp32
+    s = Schedule.from_dict({"algorithm": "matmul", "contraction": {"tf32": True}})
+    graph = matmul.graph({"a": "fp32", "b": "fp32"})
+    low = lower(graph, s, {"M": 64, "N": 64, "K": 64}, True, "sm_90a")
+    assert "tf32 operands K-major only" in low.kernel_graph.text()
+
+
+@ptxas
+@pytest.mark.parametrize("case", ["split_k", "tf32"])
+def test_split_and_tf32_kernels_assemble(case):
+    if case == "split_k":
+        algo, dtype, c = matmul_bias_gelu, "bf16", {"split_k": 4}
+    else:
+        algo, dtype, c = cc.mm_nt, "fp32", {"tf32": True}
+    graph = algo.graph({p.name: dtype for p in algo.tensor_params})
+    s = Schedule.from_dict({"algorithm": algo.name, "contraction": c})
+    program = compile_program(graph, s, {"M": 512, "N": 512, "K": 8192}, True, "sm_90a")
+    kernel = program.kernels[0]
+    assert ("tf32.tf32" in kernel.ptx) == (case == "tf32")
+    assert len(assemble(kernel.ptx, "sm_90a")) > 0
