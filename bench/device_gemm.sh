@@ -14,7 +14,7 @@ for ex in matmul matmul_fp8; do
   echo "$ex SASS: $(cuobjdump --dump-sass /tmp/$ex.cubin | grep -cE 'HGMMA|QGMMA') GMMA instructions, $(cuobjdump --dump-sass /tmp/$ex.cubin | grep -oE '[HQ]GMMA\.[0-9A-Z.x]+' | sort -u | head -2 | tr '\n' ' ')"
 done
 PLAIT_SYNC=1 timeout 60 python3 bench/gemm_smoke.py 2>&1 | tee "$OUT/smoke.log" | tail -12 || exit 1
-TESTS=tests/gpu/test_contraction_gpu.py; [ -n "$FULL_GPU" ] && TESTS=tests/gpu
+TESTS=${TESTS:-tests/gpu/test_contraction_gpu.py}; [ -n "$FULL_GPU" ] && TESTS=tests/gpu
 timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider $TESTS ${1:+-k "$1"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 if [ -n "$VARIANTS" ]; then
   timeout 200 python3 bench/matmul_variants.py 2>&1 | tee "$OUT/variants.log" | tail -40
