@@ -174,6 +174,125 @@ def factor_reductions(n: Node):
     return _node(p.op, (reduced, v), n.axes, n.dtype, n.loc)
 
 
+def _has_outer_factor(n: Node, axis: str) -> bool:
+    """Is n a product (or quotient, or negation of one) with a factor lacking `axis`,
+    which factor_reductions can pull out of a sum over it?"""
+    while n.op == "neg":
+        n = n.inputs[0]
+    if n.op == "mul":
+        return any(axis not in i.axes for i in n.inputs) or \
+            any(_has_outer_factor(i, axis) for i in n.inputs)
+    if n.op == "div":
+        return axis not in n.inputs[1].axes or _has_outer_factor(n.inputs[0], axis)
+    return False
+
+
+def distribute_reductions(n: Node):
+    """sum_a(u + v) -> sum_a(u) + sum_a(v) (and -) when u or v has a factor lacking a.
+
+    The factors then leave the sums (factor_reductions), and the sums left depend on
+    fewer values: LayerNorm's dx needs sum(dy*w) and sum(dy*w*xhat) side by side, one
+    round of reductions instead of one after the other.
+    """
+    if n.op != "sum":
+        return None
+    p, axis = n.inputs[0], n.attr("axis")
+    if p.op not in ("add", "sub") or p.dtype != n.dtype:
+        return None
+    u, v = p.inputs
+    if axis not in u.axes or axis not in v.axes or u.dtype != n.dtype or v.dtype != n.dtype:
+        return None
+    if not (_has_outer_factor(u, axis) or _has_outer_factor(v, axis)):
+        return None
+    parts = [_node("sum", (t,), tuple(a for a in t.axes if a != axis), n.dtype, n.loc,
+                   axis=axis) for t in (u, v)]
+    if any(part.axes != n.axes for part in parts):
+        return None
+    return _node(p.op, parts, n.axes, n.dtype, n.loc)
+
+
+def centered_sums_vanish(n: Node):
+    """sum_a(c * (u - sum_a(u) / size(a))) -> 0, c any factors lacking a: a value less its
+    mean sums to zero, and so does any multiple of it constant along a.
+
+    Exact for finite values (where u or c is not finite, the gradient holding this sum is
+    not finite either). It removes the term distribute_reductions leaves in LayerNorm's dx.
+    """
+    if n.op != "sum":
+        return None
+    axis = n.attr("axis")
+    t = n.inputs[0]
+    while t.op in ("mul", "div", "neg"):
+        if t.op == "neg":
+            t = t.inputs[0]
+            continue
+        inner = [i for i in t.inputs if axis in i.axes]
+        if len(inner) != 1 or (t.op == "div" and inner[0] is not t.inputs[0]):
+            return None
+        t = inner[0]
+    if t.op != "sub":
+        return None
+    u, m = t.inputs
+    while m.op == "broadcast":
+        m = m.inputs[0]
+    if m.op != "div" or m.inputs[1].op != "size" or m.inputs[1].attr("axis") != axis:
+        return None
+    total = m.inputs[0]
+    if total.op == "sum" and total.attr("axis") == axis and total.inputs[0] is u:
+        return const(0.0, n.dtype, n.axes, n.loc)
+    return None
+
+
+def _power_of_two(n: Node) -> float | None:  # noqa: D401
+    """The value of a scalar constant ±2^k (multiplying by it rounds nothing), else None."""
+    x = value_of(n)
+    if x is None or isinstance(x, bool) or not n.dtype.is_float or n.axes or x == 0 \
+            or not math.isfinite(x):
+        return None
+    mantissa, _ = math.frexp(abs(x))
+    return float(x) if mantissa == 0.5 else None
+
+
+def _without_scale(x: Node, depth: int = 8):
+    """(x with one ±2^k factor of its product chain taken out, that factor) or None."""
+    if depth == 0 or x.op not in ("mul", "div"):
+        return None
+    left, right = x.inputs
+    if x.op == "mul":
+        for c, rest in ((right, left), (left, right)):
+            if _power_of_two(c) is not None and rest.axes == x.axes and rest.dtype == x.dtype:
+                return rest, _power_of_two(c)
+    found = _without_scale(left, depth - 1)
+    if found is None and x.op == "mul":
+        found = _without_scale(right, depth - 1)
+        if found is not None:
+            return _node("mul", (left, found[0]), x.axes, x.dtype, x.loc), found[1]
+    if found is None:
+        return None
+    return _node(x.op, (found[0], right), x.axes, x.dtype, x.loc), found[1]
+
+
+def fold_scales(n: Node):
+    """(... * c1 ...) * c2 -> (...) * (c1 * c2) for c1, c2 = ±2^k, exact: a gradient's
+    -0.5 ... * 2.0 cancel (x * -1 then becomes -x)."""
+    if n.op != "mul":
+        return None
+    x, c2 = n.inputs
+    if _power_of_two(c2) is None:
+        x, c2 = c2, x
+    if _power_of_two(c2) is None or _power_of_two(x) is not None:
+        return None
+    found = _without_scale(x)
+    if found is None:
+        return None
+    rest, c1 = found
+    scale = c1 * _power_of_two(c2)
+    if rest.axes != n.axes:
+        return None
+    return rest if scale == 1.0 else _node("mul", (rest, const(scale, n.dtype)), n.axes,
+                                           n.dtype, n.loc)
+
+
 def identities(n: Node):
     """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x; where(c, a, a) -> a; --x -> x."""
     if n.op in ("add", "sub", "mul", "div"):
@@ -274,8 +393,9 @@ def divide_late(n: Node):
 
 
 RULES = (drop_names, merge_casts, fold_constants, collapse_broadcasts, hoist_broadcasts,
-         reduce_broadcast, factor_reductions, identities, zeros, negations, doubling,
-         common_divisor, divide_late)
+         reduce_broadcast, centered_sums_vanish, factor_reductions, distribute_reductions,
+         fold_scales, identities, zeros,
+         negations, doubling, common_divisor, divide_late)
 
 
 # ---- the driver --------------------------------------------------------------------

@@ -115,6 +115,9 @@ def test_layernorm_dx_is_compact():
     g = grad(shipped, wrt=["x"]).graph()
     # two to recompute mean and variance, two for the backward's row dot products
     assert len(_reductions_over(g, "N")) <= 4
+    # ... in two rounds: the mean, then the variance beside the two dot products
+    from test_ad_save import _rounds
+    assert _rounds(g, "N") == 2
     assert not _reductions_over(g, "M")
     assert "broadcast" not in _ops(g)
     assert len(g.nodes) <= 30
