@@ -68,18 +68,17 @@ def cases():
            (x, w, b), dy, 3 * mn + 3 * N * 2, lambda: tb.layernorm_bwd(x, w, dy), ("dx", "dw", "db"))
     yield ("rmsnorm bwd 16384x8192", grad(rmsnorm), (x, w), dict(dout=dy), rms,
            (x, w), dy, 3 * mn + 2 * N * 2, lambda: tb.rmsnorm_bwd(x, w, dy), ("dx", "dw"))
-    # The same gradients with the forward's row statistics saved (in fp32, as torch keeps
-    # them): the schedule decision `save: [mu, rstd]`; the row sums left are one round.
+    # The same gradients with the forward's row statistics saved: the schedule decision
+    # `save: [mu, rstd]`; the row sums left are one round. The derived backward reads them
+    # in the forward's dtype (bf16 here; torch keeps fp32).
     for algo, label, saved, ins, fn, outs, extra, peer in (
             (layernorm, "layernorm", ("mu", "rstd"), (x, w, b), ln, ("dx", "dw", "db"), 3,
              tb.layernorm_bwd),
             (rmsnorm, "rmsnorm", ("rstd",), (x, w), rms, ("dx", "dw"), 2, tb.rmsnorm_bwd)):
-        fwd = forward_with_saved(algo, saved)
-        keep = {"algorithm": fwd.name, "dtypes": {"storage": {k: "fp32" for k in saved}}}
-        stats = plait.run(fwd, *ins, schedule=keep)
+        stats = plait.run(forward_with_saved(algo, saved), *ins)
         kw = dict(dout=dy, **{k: stats[k] for k in saved})
         yield (f"{label} bwd 16384x8192, saved {'/'.join(saved)}", vjp(algo, save=saved), ins,
-               kw, fn, ins, dy, 3 * mn + extra * N * 2 + len(saved) * M * 4,
+               kw, fn, ins, dy, 3 * mn + extra * N * 2 + len(saved) * M * 2,
                lambda peer=peer: peer(x, w, dy), outs)
     yield ("swiglu bwd 8192x8192", grad(swiglu), (g, u), dict(dout=dg), swi,
            (g, u), dg, 5 * g.numel() * 2, lambda: tb.swiglu_bwd(g, u, dg), ("dg", "du"))

@@ -205,6 +205,7 @@ def run(algo, *args, schedule=None, device: str = "auto", target: str | None = N
     gpu = use_gpu(device, on_device)
     arch = target or (gpu_target() if gpu else DEFAULT_TARGET)
     sched = resolve_schedule(algo, schedule, arch, graph)
+    binding.check_graph_dtypes(graph, infos)
     binding.check_storage(sched, infos)
     like = next(iter(infos.values()), None)
     if gpu:

@@ -88,6 +88,18 @@ def check_storage(schedule, infos: dict[str, ArrayInfo]) -> None:
                              f"{name} as {want}; convert it first: {_convert_hint(info, want)}")
 
 
+def check_graph_dtypes(graph, infos: dict[str, ArrayInfo]) -> None:
+    """Refuse arrays of another dtype than the graph reads there: a parameter declared
+    with a dtype, or a value a derived algorithm saved in the forward's dtype. A kernel
+    would read their bytes as the other dtype."""
+    for name, info in infos.items():
+        node = graph.inputs.get(name)
+        if node is not None and node.dtype != info.dtype:
+            raise PlaitError(f"argument {name!r} is {info.dtype} but {graph.name} reads {name} "
+                             f"as {node.dtype}; convert it first: "
+                             f"{_convert_hint(info, node.dtype)}")
+
+
 # ---------------------------------------------------------------- kernel parameters
 
 _FLOAT_BITS = {

@@ -193,3 +193,27 @@ def test_gpu_path_with_a_fake_driver(monkeypatch):
     assert tmp.zero and not out.zero
     assert launches[1][3][-1] == (3.0, ctypes.c_float)
     assert all(getattr(a, "freed", False) for a in allocated)
+
+
+def test_a_saved_value_of_another_dtype_is_refused():
+    """The derived backward reads a saved value in the forward's dtype; an fp32 one for a bf16
+    forward would be read as bf16 bytes on the GPU, so it is refused before anything runs."""
+    import ml_dtypes
+
+    from plait.autodiff import vjp
+    from plait.dsl import Tensor, algorithm, mean, name, rsqrt
+
+    @algorithm
+    def scale_rows(x: Tensor["M", "N"]):
+        return x * name(rsqrt(mean(x * x, over="N") + 1.0), "r")
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 7)).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((5, 7)).astype(ml_dtypes.bfloat16)
+    bwd = vjp(scale_rows, save=("r",))
+    xf = x.astype(np.float32)
+    r = 1 / np.sqrt((xf * xf).mean(1) + 1.0)
+    with pytest.raises(PlaitError, match=r"argument 'r' is fp32 but scale_rows.bwd reads r as bf16"):
+        plait.run(bwd, x, dout=dy, r=r, device="cpu")
+    out = plait.run(bwd, x, dout=dy, r=r.astype(ml_dtypes.bfloat16), device="cpu")
+    assert np.isfinite(out["dx"].astype(np.float32)).all()
