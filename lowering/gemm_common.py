@@ -7,7 +7,62 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from plait.dsl.dtypes import DType
+
 from . import ops_llvm as L
+from .artifact import KernelArg
+
+TMAP_TYPE = ir.PointerType(ir.ArrayType(L.I8, 128))   # a CUtensorMap, passed by value
+
+
+def plain_args(g) -> list[KernelArg]:
+    """The kernel arguments every contraction kernel takes, in order: buffer addresses,
+    axis sizes, scalars (a wgmma kernel's tensor maps come before them)."""
+    args = [KernelArg(b.name, "buffer", b.dtype) for b in g.buffers]
+    args += [KernelArg(a, "size", DType.INT32) for a in g.size_args]
+    args += [KernelArg(name, "scalar", dt) for name, dt in g.scalars]
+    return args
+
+
+class KernelEmitter:
+    """An LLVM module holding one kernel entry whose parameters are `tensormaps` (names of
+    operands passed as `__grid_constant__` tensor maps), then `plain_args(g)`; with the
+    builder at its entry and an extern dynamic shared-memory array aligned to
+    `smem_align`. Backends subclass it and emit the body."""
+
+    def __init__(self, g, entry: str, tensormaps: tuple[str, ...], smem_align: int):
+        self.g = g
+        self.module = ir.Module(name=g.name)
+        self.module.triple = "nvptx64-nvidia-cuda"
+        self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+        self.intr = L.Intrinsics(self.module)
+        types = [TMAP_TYPE] * len(tensormaps)
+        keys = [("tensormap", name) for name in tensormaps]
+        for arg in plain_args(g):
+            keys.append((arg.kind, arg.name))
+            types.append(ir.PointerType(L.I8, 1) if arg.kind == "buffer" else
+                         L.REGISTER[DType.FP32 if arg.dtype.is_float else arg.dtype])
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=entry)
+        fn.calling_convention = "ptx_kernel"
+        self.fn = fn
+        for i in range(len(tensormaps)):
+            fn.args[i].add_attribute("byval")
+            fn.args[i].attributes.align = 64
+            md = self.module.add_metadata([fn, ir.MetaDataString(self.module, "grid_constant"),
+                                           self.module.add_metadata([L.i32(i + 1)])])
+            self.module.add_named_metadata("nvvm.annotations", md)
+        self.args = dict(zip(keys, fn.args))
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.smem = ir.GlobalVariable(self.module, ir.ArrayType(L.I8, 0),
+                                      name="plait_gemm_smem", addrspace=3)
+        self.smem.linkage = "external"
+        self.smem.align = smem_align
+
+    def sreg(self, name):
+        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
+
+    def size(self, axis):
+        return self.args[("size", axis)]
 
 
 def loop(b: ir.IRBuilder, fn, count, carried: list, body) -> list:

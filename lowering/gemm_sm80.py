@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from plait.dsl.dtypes import DType
-
 from . import ops_llvm as L
 from . import ptx_mma as P
 from .artifact import CompiledKernel, KernelArg
-from .gemm_common import loop, tile_coordinates
+from .gemm_common import KernelEmitter, loop, plain_args, tile_coordinates
 from .gemm_epilogue import EpilogueEmitter
 from .gemm_plan import GemmProgram
 from .gemm_tiles import MMA_K, warp_grid
@@ -35,10 +33,7 @@ from .ptx_memory import asm_store
 
 
 def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
-    args = [KernelArg(b.name, "buffer", b.dtype) for b in g.buffers]
-    args += [KernelArg(a, "size", DType.INT32) for a in g.size_args]
-    args += [KernelArg(name, "scalar", dt) for name, dt in g.scalars]
-    return tuple(args)
+    return tuple(plain_args(g))
 
 
 def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
@@ -73,45 +68,15 @@ class _Operand:
         self.trans = not self.op.k_major      # ldmatrix.trans turns MN-major into fragments
 
 
-class _Emitter:
+class _Emitter(KernelEmitter):
     def __init__(self, g: GemmProgram, entry: str):
-        self.g = g
-        self.module = ir.Module(name=g.name)
-        self.module.triple = "nvptx64-nvidia-cuda"
-        self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
-        self.intr = L.Intrinsics(self.module)
-        types, keys = [], []
-        for buf in g.buffers:
-            types.append(ir.PointerType(L.I8, 1))
-            keys.append(("buffer", buf.name))
-        for axis in g.size_args:
-            types.append(L.I32)
-            keys.append(("size", axis))
-        for name, dt in g.scalars:
-            types.append(L.REGISTER[DType.FP32 if dt.is_float else dt])
-            keys.append(("scalar", name))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=entry)
-        fn.calling_convention = "ptx_kernel"
-        self.fn = fn
-        self.args = dict(zip(keys, fn.args))
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        smem = ir.GlobalVariable(self.module, ir.ArrayType(L.I8, 0), name="plait_gemm_smem",
-                                 addrspace=3)
-        smem.linkage = "external"
-        smem.align = 128                    # the swizzle assumes 128-byte lines
-        self.smem = smem
+        super().__init__(g, entry, (), 128)    # the swizzle assumes 128-byte lines
         self.ops = {"a": _Operand(g, "a"), "b": _Operand(g, "b")}
         self.warps_m, self.warps_n = warp_grid(g.tile_m, g.tile_n, g.consumers)
         self.warp_m, self.warp_n = g.tile_m // self.warps_m, g.tile_n // self.warps_n
         self._body()
 
     # ---- indices and addresses ------------------------------------------------------
-    def sreg(self, name):
-        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
-
-    def size(self, axis):
-        return self.args[("size", axis)]
-
     def i64(self, v):
         return self.b.zext(v, L.I64)
 

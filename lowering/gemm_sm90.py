@@ -16,17 +16,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from plait.dsl.dtypes import DType
-
 from . import ops_llvm as L
 from . import ptx_async as P
 from .artifact import CompiledKernel, KernelArg
-from .gemm_common import loop, tile_coordinates
+from .gemm_common import KernelEmitter, loop, plain_args, tile_coordinates
 from .gemm_epilogue import EpilogueEmitter
 from .gemm_plan import SWIZZLE_BYTES, WGMMA_TYPES, GemmProgram
 
 PRODUCER_REGS = 40
-TMAP_TYPE = ir.PointerType(ir.ArrayType(L.I8, 128))
 
 
 def operand_box(g: GemmProgram, which: str) -> tuple[tuple[str, int], ...]:
@@ -44,13 +41,9 @@ def out_box(g: GemmProgram) -> tuple[tuple[str, int], ...]:
 
 
 def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
-    args = [KernelArg(g.a.buffer.name, "tensormap", g.a.dtype, operand_box(g, "a")),
+    return (KernelArg(g.a.buffer.name, "tensormap", g.a.dtype, operand_box(g, "a")),
             KernelArg(g.b.buffer.name, "tensormap", g.b.dtype, operand_box(g, "b")),
-            KernelArg(g.out.name, "tensormap", g.out.dtype, out_box(g))]
-    args += [KernelArg(b.name, "buffer", b.dtype) for b in g.buffers]
-    args += [KernelArg(a, "size", DType.INT32) for a in g.size_args]
-    args += [KernelArg(name, "scalar", dt) for name, dt in g.scalars]
-    return tuple(args)
+            KernelArg(g.out.name, "tensormap", g.out.dtype, out_box(g)), *plain_args(g))
 
 
 def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
@@ -70,50 +63,10 @@ def emit_gemm_llvm_ir(g: GemmProgram, entry: str) -> str:
     return str(_GemmEmitter(g, entry).module)
 
 
-class _GemmEmitter:
+class _GemmEmitter(KernelEmitter):
     def __init__(self, g: GemmProgram, entry: str):
-        self.g = g
-        self.module = ir.Module(name=g.name)
-        self.module.triple = "nvptx64-nvidia-cuda"
-        self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
-        self.intr = L.Intrinsics(self.module)
-        types, keys = [], []
-        for name in ("a", "b", "out"):
-            types.append(TMAP_TYPE)
-            keys.append(("tensormap", name))
-        for buf in g.buffers:
-            types.append(ir.PointerType(L.I8, 1))
-            keys.append(("buffer", buf.name))
-        for axis in g.size_args:
-            types.append(L.I32)
-            keys.append(("size", axis))
-        for name, dt in g.scalars:
-            types.append(L.REGISTER[DType.FP32 if dt.is_float else dt])
-            keys.append(("scalar", name))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=entry)
-        fn.calling_convention = "ptx_kernel"
-        self.fn = fn
-        for i in range(3):
-            fn.args[i].add_attribute("byval")
-            fn.args[i].attributes.align = 64
-            md = self.module.add_metadata([fn, ir.MetaDataString(self.module, "grid_constant"),
-                                           self.module.add_metadata([L.i32(i + 1)])])
-            self.module.add_named_metadata("nvvm.annotations", md)
-        self.args = dict(zip(keys, fn.args))
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        smem = ir.GlobalVariable(self.module, ir.ArrayType(L.I8, 0), name="plait_gemm_smem",
-                                 addrspace=3)
-        smem.linkage = "external"
-        smem.align = 1024
-        self.smem = smem
+        super().__init__(g, entry, ("a", "b", "out"), 1024)
         self._body()
-
-    # ---- addresses and indices ------------------------------------------------------
-    def sreg(self, name):
-        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
-
-    def size(self, axis):
-        return self.args[("size", axis)]
 
     def tmap(self, name):
         return self.b.ptrtoint(self.args[("tensormap", name)], L.I64)

@@ -1,5 +1,4 @@
 """Tier 2: contractions on the H200's tensor cores against torch in float64, odd shapes."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
