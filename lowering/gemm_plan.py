@@ -23,7 +23,7 @@ from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
 from .artifact import Buffer
-from .tile import TileOp, TileProgram
+from .tile import TileOp, TileProgram, format_op
 
 SWIZZLE_BYTES = 128             # one swizzle row: BK for K-major, 64 elements for MN-major
 SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
@@ -143,11 +143,7 @@ class GemmProgram:
                  f"  %{self.acc.id} = dot over {self.k}"
                  + "".join(f" x %{f}" for f in self.acc_factors)
                  + (f" round={self.acc.attr('round')}" if self.acc.attr("round") else "")]
-        for op in self.epilogue:
-            args = " ".join(f"%{a}" for a in op.args)
-            attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
-            body = " ".join(x for x in (op.op, args, attrs) if x)
-            lines.append(f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]")
+        lines += [format_op(op) for op in self.epilogue]
         return "\n".join(lines) + "\n"
 
 

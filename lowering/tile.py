@@ -53,12 +53,16 @@ class TileProgram:
             lines.append(f"  arg {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]")
         for name, dt in self.scalars:
             lines.append(f"  arg {name} : scalar {dt}")
-        for op in self.ops:
-            args = " ".join(f"%{a}" for a in op.args)
-            attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
-            body = " ".join(x for x in (op.op, args, attrs) if x)
-            lines.append(f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]")
+        lines += [format_op(op) for op in self.ops]
         return "\n".join(lines) + "\n"
+
+
+def format_op(op: TileOp) -> str:
+    """One tile op as a line of text: `  %3 = mul %1 %2 round=bf16 : fp32[M,N]`."""
+    args = " ".join(f"%{a}" for a in op.args)
+    attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
+    body = " ".join(x for x in (op.op, args, attrs) if x)
+    return f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]"
 
 
 def register_dtype(d: DType) -> DType:
