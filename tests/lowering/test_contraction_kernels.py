@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import contraction_cases as cc
+from examples_catalog import random_inputs
 from golden import check_golden
 from plait.dsl import DType, PlaitError, Tensor, evaluate, softmax, sum
 from plait.lowering.gemm_emulate import tile_of
@@ -26,17 +27,9 @@ ODD = {"M": 257, "N": 136, "K": 208, "B": 2}
 ptxas = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas (pip install nvidia-cuda-nvcc)")
 
 
-def inputs_for(algo, sizes, dtype, rng):
-    out = {}
-    for p in algo.tensor_params:
-        shape = tuple(sizes[a] for a in p.axes)
-        out[p.name] = rng.standard_normal(shape).astype(np.float32).astype(dtype.numpy)
-    return out
-
-
 def run_both(algo, sizes, dtype, schedule=None, scalars=None, seed=0):
     rng = np.random.default_rng(seed)
-    inputs = inputs_for(algo, sizes, dtype, rng)
+    inputs = random_inputs(algo, sizes, dtype, rng)
     graph = algo.graph({k: dtype for k in inputs})
     low = lower(graph, schedule, sizes, True, "sm_90a")
     out = emulate(graph, schedule, sizes, inputs, dict(scalars or {}), "sm_90a")
@@ -167,7 +160,7 @@ def test_gradient_kernels_of_a_linear_layer():
     bwd = grad(matmul_bias_gelu)
     sizes = {"M": 264, "N": 136, "K": 72}
     rng = np.random.default_rng(7)
-    inputs = inputs_for(bwd, sizes, DType.BF16, rng)
+    inputs = random_inputs(bwd, sizes, DType.BF16, rng)
     graph = bwd.graph({k: DType.BF16 for k in inputs})
     low = lower(graph, None, sizes, True, "sm_90a")
     assert len([t for t in low.threads if isinstance(t, GemmProgram)]) == 3, low.kernel_graph.text()
