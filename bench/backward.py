@@ -85,6 +85,9 @@ def cases():
 
 
 def variants(name):
+    if name.startswith("swiglu"):
+        yield from elementwise_variants(name)
+        return
     for rows, threads, occ in ((64, 256, None), (128, 256, None), (64, 512, None),
                                (64, 256, 2), (32, 512, None)):
         d = {"algorithm": name, "grid": {"M": rows},
@@ -94,22 +97,34 @@ def variants(name):
         yield f"rows={rows} threads={threads} occ={occ}", Schedule.from_dict(d)
 
 
+def elementwise_variants(name):
+    """Columns per block and threads (vectors of 8), with and without cache hints."""
+    for tile, threads in ((1024, 128), (2048, 128), (2048, 256), (4096, 256), (8192, 512)):
+        for hints in (False, True):
+            yield f"tile={tile} threads={threads} hints={hints}", Schedule.from_dict(
+                {"algorithm": name, "grid": {"M": 1, "N": tile}, "cache_hints": hints,
+                 "block": {"N": {"threads": threads, "vector": 8}}})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--only", help="run the workloads whose name contains this")
     args = ap.parse_args()
     torch.manual_seed(0)
     copy = copy_bandwidth() * 1000
     print(f"device copy {copy:.0f} GB/s")
     rows = []
     for name, bwd, ins, kw, fn, tins, dy, nbytes, triton_fn, outs in cases():
+        if args.only and args.only not in name:
+            continue
         leaves = [t.detach().double().requires_grad_() for t in tins]
         ref = torch.autograd.grad(fn(*leaves).double(), leaves, dy.double())
         got = plait.run(bwd, *ins, **kw)
         errs = [rel(got[o], r) for o, r in zip(outs, ref)]
         print(f"  {name}: plait max_rel_err " + " ".join(f"{o}={e:.1e}" for o, e in zip(outs, errs)))
-        if args.variants and "swiglu" not in name:
+        if args.variants:
             for label, sched in variants(bwd.name):
                 try:
                     ms = graph_ms(lambda: plait.run(bwd, *ins, schedule=sched, **kw))
