@@ -23,6 +23,7 @@ from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
 from .artifact import Buffer
 from .contraction import find_contractions, is_contraction
 from .contraction_staging import stage_contractions
+from .gemm_tiles import auto_split_k
 from .layout import effective_grid
 from .policy import ResolvedPolicy
 
@@ -96,10 +97,12 @@ def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
 
 
 def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
-                       policy: ResolvedPolicy, sizes: dict[str, int], tensor_cores: bool = False,
+                       policy: ResolvedPolicy, sizes: dict[str, int],
+                       tensor_cores: str | None = None,
                        generic: dict[str, str] | None = None) -> KernelGraph:
-    """`tensor_cores`: keep contraction kernels whole for the tensor-core lowering, except
-    those in `generic` (kernel name -> why not), which are planned like any other."""
+    """`tensor_cores`: the target's tensor-core instruction ('wgmma', 'mma_sync'), or None;
+    with one, contraction kernels are kept whole for the tensor-core lowering, except those
+    in `generic` (kernel name -> why not), which are planned like any other."""
     buffers: list[Buffer] = []
     for p in graph.params:
         if p.is_tensor:
@@ -121,7 +124,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
-                       lambda name: tensor_cores and name not in generic)
+                       lambda name: bool(tensor_cores) and name not in generic, tensor_cores)
     for buf, value in staged:
         planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
         planner.plan(buf, {buf: value})
@@ -146,9 +149,11 @@ def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[
 
 
 class _Planner:
-    def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False):
+    def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False,
+                 instruction: str | None = None):
         self.graph = graph
         self.whole_contraction = whole_contraction
+        self.instruction = instruction
         self.schedule = schedule
         self.policy = policy
         self.sizes = dict(sizes)
@@ -167,6 +172,8 @@ class _Planner:
         if self.whole_contraction(name) and _is_contraction_kernel(nodes):
             ks = self.schedule.for_kernel(name) if self.schedule is not None else KernelSchedule()
             split = ks.contraction.split_k if ks.contraction is not None else None
+            if split is None:
+                split = self._auto_split(nodes, ks)
             if split and split > 1:
                 self._split_contraction(name, outputs, nodes, axes, ks, split)
                 return
@@ -231,6 +238,25 @@ class _Planner:
             self.plan(f"{name}.then", then)
             return
         self.plan(finish_name, rewritten, self._finish_schedule(rewritten, finish_name))
+
+    def _auto_split(self, nodes, ks: KernelSchedule) -> int:
+        """Split-K where the schedule leaves it open and the instruction is wgmma."""
+        chosen = ks.contraction.instruction if ks.contraction is not None else None
+        if (chosen or self.instruction) != "wgmma":
+            return 1
+        (r,) = [n for n in nodes if n.op in REDUCE_OPS]
+        left, right = r.inputs[0].inputs
+        k = r.attr("axis")
+
+        def extent(axes):
+            total = 1
+            for a in axes:
+                total *= self.sizes[a]
+            return total
+        m = extent(a for a in left.axes if a not in right.axes)
+        n = extent(a for a in right.axes if a not in left.axes)
+        batch = extent(a for a in left.axes if a in right.axes and a != k)
+        return auto_split_k(m, n, self.sizes[k], batch)
 
     def _split_contraction(self, name, outputs, nodes, axes, ks, split: int) -> None:
         """Split-K: the contraction kernel sums `split` ranges of K into fp32 partials over

@@ -49,7 +49,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
     policy = resolve(schedule.dtypes if schedule is not None else None)
-    tensor_cores = target in TENSOR_CORE_TARGETS
+    tensor_cores = TENSOR_CORE_TARGETS[target].instruction if target in TENSOR_CORE_TARGETS \
+        else None
     generic: dict[str, str] = {}
     while True:
         kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic)

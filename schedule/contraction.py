@@ -7,7 +7,8 @@
       raster: 8                        # grouped rasterization: 8 row-blocks walked together
       instruction: wgmma               # wgmma | mma_sync; chosen by the target when absent
       persistent: true                 # one block per SM walks the tiles (wgmma)
-      split_k: 4                       # K cut in 4 ranges summed by a finish kernel
+      split_k: 4                       # K cut in 4 ranges summed by a finish kernel;
+                                       # chosen for few tiles over a long K when absent
 
 Which axis plays M, N or K is found in the algorithm (the recognizer names
 the roles); the tile is given by name so that a schedule reads like the math.

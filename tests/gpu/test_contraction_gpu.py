@@ -16,7 +16,8 @@ from matmul_fp8 import matmul_fp8  # noqa: E402
 from bmm import bmm  # noqa: E402
 
 TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float8_e4m3fn: 2e-2}
-SHAPES = [(257, 136, 72), (1000, 520, 264), (128, 256, 64), (2048, 1536, 2048), (64, 8, 8)]
+SHAPES = [(257, 136, 72), (1000, 520, 264), (128, 256, 64), (2048, 1536, 2048), (64, 8, 8),
+          (264, 136, 8200)]      # the last splits K by itself (few tiles, long K)
 DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3",
       torch.float8_e5m2: "fp8_e5m2", torch.float32: "fp32"}
 

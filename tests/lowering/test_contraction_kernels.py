@@ -227,3 +227,25 @@ def test_split_and_tf32_kernels_assemble(case):
     kernel = program.kernels[0]
     assert ("tf32.tf32" in kernel.ptx) == (case == "tf32")
     assert len(assemble(kernel.ptx, "sm_90a")) > 0
+
+
+@pytest.mark.parametrize("sizes, splits", [
+    ({"M": 512, "N": 512, "K": 16384}, 8),      # 32 small tiles: split to fill the SMs
+    ({"M": 64, "N": 64, "K": 65536}, 8),
+    ({"M": 1024, "N": 1024, "K": 8192}, 1),     # 128 small tiles fill a wave already
+    ({"M": 256, "N": 256, "K": 2048}, 1),       # K too short to pay for the partials
+])
+def test_split_k_is_chosen_where_the_tiles_starve_the_sms(sizes, splits):
+    graph = matmul.graph({"a": "bf16", "b": "bf16"})
+    low = lower(graph, None, sizes, True, "sm_90a")
+    chosen = low.sizes[low.threads[0].split] if low.threads[0].split else 1
+    assert chosen == splits, low.kernel_graph.text()
+    for fixed in ({"split_k": 1}, {"instruction": "mma_sync"}):   # the schedule decides
+        s = Schedule.from_dict({"algorithm": "matmul", "contraction": fixed})
+        assert not lower(graph, s, sizes, True, "sm_90a").kernel_graph.derived
+
+
+def test_chosen_split_k_on_the_cpu_executor():
+    low, out, ref, _ = run_both(matmul, {"M": 72, "N": 136, "K": 8200}, DType.BF16)
+    assert low.threads[0].split, low.kernel_graph.text()
+    assert rel_err(out, ref) < 1e-2
