@@ -25,7 +25,6 @@ from plait.schedule.contraction import ContractionSchedule
 from .artifact import Buffer
 from .tile import TileOp, TileProgram, format_op
 
-SWIZZLE_BYTES = 128             # one swizzle row: BK for K-major, 64 elements for MN-major
 SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2", DType.FP32: "tf32"}

@@ -21,7 +21,8 @@ from . import ptx_async as P
 from .artifact import CompiledKernel, KernelArg
 from .gemm_common import KernelEmitter, loop, plain_args, tile_coordinates
 from .gemm_epilogue import EpilogueEmitter
-from .gemm_plan import SWIZZLE_BYTES, WGMMA_TYPES, GemmProgram
+from .gemm_plan import WGMMA_TYPES, GemmProgram
+from .gemm_tiles import SWIZZLE_BYTES
 
 PRODUCER_REGS = 40
 

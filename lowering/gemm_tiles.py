@@ -10,7 +10,7 @@ from __future__ import annotations
 from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
-SWIZZLE_BYTES = 128
+SWIZZLE_BYTES = 128         # one swizzle row: a K tile when K-major, 64 elements when MN-major
 MAX_ACC_REGS = 128          # fp32 accumulators per thread that leave registers to work with
 SMS = 132                   # multiprocessors of an H100 / H200: one wave of blocks
 # wgmma tiles (rows, columns) by how well one block keeps the tensor cores fed, measured
