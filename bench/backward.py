@@ -88,8 +88,9 @@ def variants(name):
     if name.startswith("swiglu"):
         yield from elementwise_variants(name)
         return
-    for rows, threads, occ in ((64, 256, None), (128, 256, None), (64, 512, None),
-                               (64, 256, 2), (32, 512, None)):
+    # 125 rows make 132 blocks of 16384: one per H200 SM.
+    for rows, threads, occ in ((128, 256, None), (125, 256, None), (64, 512, None),
+                               (125, 512, None), (64, 256, 2), (32, 256, 2)):
         d = {"algorithm": name, "grid": {"M": rows},
              "block": {"N": {"threads": threads, "vector": 8}}}
         if occ:

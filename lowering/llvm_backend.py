@@ -26,6 +26,7 @@ from .llvm_reduce import ReductionEmitter
 from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
+from .ptx_memory import asm_store_words as _asm_store_words
 from .thread import ThreadProgram
 from .tile import register_dtype
 
@@ -108,7 +109,7 @@ class _Emitter(ReductionEmitter):
             self.smem.align = 16
         self._setup_indices()
         self.values: dict[int, np.ndarray] = {}
-        self.loop_index = None
+        self.loop_index = self.loop_count = None
         self.policies: dict[bool, ir.Value] = {}
         region = {op.id: op.attr("region", "pre") for op in prog.ops}
         for op in prog.ops:
@@ -162,7 +163,11 @@ class _Emitter(ReductionEmitter):
         if self.lay.loop is not None and axis == self.lay.loop.axis:
             if ahead == "first":
                 return self.base(axis)
-            step = b.add(self.loop_index, L.i32(ahead)) if ahead else self.loop_index
+            step = self.loop_index
+            if ahead:                    # the next index; the last one reloads itself
+                following = b.add(step, L.i32(1))
+                step = b.select(b.icmp_unsigned("<", following, self.loop_count),
+                                following, step)
             return b.add(self.base(axis), step)
         m = self.lay.map_of(axis)
         if m is None:
@@ -180,7 +185,7 @@ class _Emitter(ReductionEmitter):
         if axis in self.partial:
             return True
         if self.lay.loop is not None and axis == self.lay.loop.axis:
-            return False
+            return True                  # the loop stops at the axis's end (`loop_count`)
         m = self.lay.map_of(axis)
         if m is None:
             return True
@@ -195,9 +200,6 @@ class _Emitter(ReductionEmitter):
         b = self.b
         masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
                  for a in axes if not self.always_in_bounds(a, r, c, v)]
-        if ahead == 1 and self.lay.loop.axis in axes:    # the next index of this block only
-            masks.append(b.icmp_unsigned("<", b.add(self.loop_index, L.i32(1)),
-                                         L.i32(self.lay.loop.tile)))
         return _mask_and(b, masks)
 
     @functools.cache
@@ -322,7 +324,13 @@ class _Emitter(ReductionEmitter):
         owner = self.owner(buf.axes)
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):
-                mask = self.b.and_(self.in_bounds(buf.axes, r, c, v0), owner)
+                mask = _mask_and(self.b, [self.in_bounds(buf.axes, r, c, v0), owner])
+                address = self.address(buf, r, c, v0)
+                pairs = L.encode_pairs(self.b, [value[r, c, v0 + k] for k in range(vec)],
+                                       buf.dtype)
+                if pairs is not None:
+                    _asm_store_words(self.b, address, mask, pairs, 32)
+                    continue
                 bits = [L.encode(self.b, self.intr, value[r, c, v0 + k], buf.dtype)
                         for k in range(vec)]
-                _asm_store(self.b, self.address(buf, r, c, v0), mask, bits, buf.dtype)
+                _asm_store(self.b, address, mask, bits, buf.dtype)

@@ -9,8 +9,12 @@ from . import ops_llvm as L
 
 
 def mask_and(b, masks):
+    """The conjunction of i1 masks; constant-true ones are left out, so an always-true
+    result stays a constant (and loads and stores drop their predicate)."""
     out = None
     for m in masks:
+        if isinstance(m, ir.Constant) and m.constant in (1, True):
+            continue
         out = m if out is None else b.and_(out, m)
     return out if out is not None else ir.Constant(L.I1, 1)
 

@@ -4,6 +4,7 @@ backend's emitter, which provides indices, fragments and the IR builder)."""
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from . import ops_llvm as L
 from .llvm_fragments import map_fragments as _map
@@ -18,10 +19,17 @@ class ReductionEmitter:
         exit_block = fn.append_basic_block("after_loop")
         for op in body:                  # shared accumulators start at the identity
             if op.op == "loop_acc" and op.attr("shared") is not None:
-                self._shared_acc(op, lambda slot, identity: b.store(identity, slot))
+                identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
+                self._shared_acc_write(op, np.full(self.frag_shape(op.axes), identity,
+                                                   dtype=object))
         # Software pipelining: the loads of index i + 1 are issued at the top of step i, so
         # the next rows are in flight while this one is reduced and written.
         axis = self.lay.loop.axis
+        # The block walks min(tile, extent - base) indices, so no index inside the loop
+        # lies past the axis's end and only the prefetch of the next one needs a mask.
+        remaining = b.sub(self.size(axis), self.base(axis))
+        tile = L.i32(self.lay.loop.tile)
+        self.loop_count = b.select(b.icmp_unsigned("<", remaining, tile), remaining, tile)
         streamed = [op for op in body if op.op == "load"
                     and axis in self.prog.buffer(op.attr("buffer")).axes]
         first = {op.id: self._load(op, ahead="first") for op in streamed}
@@ -52,9 +60,9 @@ class ReductionEmitter:
         shared_accs = []
         for op in body:
             if op.op == "loop_acc" and op.attr("shared") is not None:
-                current = self._shared_acc(op, lambda slot, identity: b.load(slot))
-                new = self._loop_acc(op, current, self.values[op.args[0]])
-                self._shared_acc(op, lambda slot, identity, n=new: None, store=new)
+                current = self._shared_acc_read(op)
+                self._shared_acc_write(op, self._loop_acc(op, current,
+                                                          self.values[op.args[0]]))
                 shared_accs.append(op)
             elif op.op == "loop_acc":
                 self.values[op.id] = self._loop_acc(op, phis[op.id],
@@ -70,28 +78,51 @@ class ReductionEmitter:
                 frag[idx].add_incoming(self.values[op_id][idx], latch)
         following = b.add(counter, L.i32(1))
         counter.add_incoming(following, latch)
-        b.cbranch(b.icmp_unsigned("<", following, L.i32(self.lay.loop.tile)), header,
+        b.cbranch(b.icmp_unsigned("<", following, self.loop_count), header,
                   exit_block)
         b.position_at_end(exit_block)
         for op in shared_accs:           # each thread reads back only its own slots
-            self.values[op.id] = self._shared_acc(op, lambda slot, identity: b.load(slot))
+            self.values[op.id] = self._shared_acc_read(op)
 
-    def _shared_acc(self, op, visit, store=None) -> np.ndarray:
-        """Visit each of this thread's shared-memory slots of accumulator `op` (slot k of
-        a thread is word base + k * threads + tid: private, so no barrier is needed)."""
+    def _shared_acc_groups(self, op):
+        """This thread's shared-memory words of accumulator `op`, as (fragment indices,
+        pointer) per group of up to 4: group g of a thread starts at word
+        base + (g * threads + tid) * width. The words are private (no barrier), and a
+        warp's 16-byte accesses cover 512 contiguous bytes (no bank conflicts)."""
         b = self.b
-        shape = self.frag_shape(op.axes)
+        indices = list(np.ndindex(self.frag_shape(op.axes)))
+        width = 4 if len(indices) % 4 == 0 else 1
         base = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
-        out = np.empty(shape, dtype=object)
-        for k, idx in enumerate(np.ndindex(shape)):
-            slot = b.gep(base, [b.add(L.i32(op.attr("shared") + k * self.lay.threads),
-                                      self.tid)])
-            if store is not None:
-                b.store(store[idx], slot)
-            else:
-                out[idx] = visit(slot, identity)
+        vector = ir.VectorType(L.F32, width).as_pointer(addrspace=3)
+        for g in range(len(indices) // width):
+            word = b.add(L.i32(op.attr("shared") + g * width * self.lay.threads),
+                         b.mul(self.tid, L.i32(width)))
+            ptr = b.gep(base, [word])
+            yield indices[g * width:(g + 1) * width], (b.bitcast(ptr, vector) if width > 1
+                                                        else ptr)
+
+    def _shared_acc_read(self, op) -> np.ndarray:
+        b = self.b
+        out = np.empty(self.frag_shape(op.axes), dtype=object)
+        for idxs, ptr in self._shared_acc_groups(op):
+            if len(idxs) == 1:
+                out[idxs[0]] = b.load(ptr)
+                continue
+            words = b.load(ptr, align=16)
+            for k, idx in enumerate(idxs):
+                out[idx] = b.extract_element(words, L.i32(k))
         return out
+
+    def _shared_acc_write(self, op, values: np.ndarray) -> None:
+        b = self.b
+        for idxs, ptr in self._shared_acc_groups(op):
+            if len(idxs) == 1:
+                b.store(values[idxs[0]], ptr)
+                continue
+            words = ir.Constant(ir.VectorType(L.F32, len(idxs)), None)
+            for k, idx in enumerate(idxs):
+                words = b.insert_element(words, values[idx], L.i32(k))
+            b.store(words, ptr, align=16)
 
     def _loop_acc(self, op, acc, value):
         axis, kind = op.attr("axis"), op.attr("op")
@@ -104,7 +135,7 @@ class ReductionEmitter:
 
     def _combine(self, kind, x, y):
         if kind == "sum":
-            return self.b.fadd(x, y)
+            return self.b.fadd(x, y, flags=L.CONTRACT)
         return self.intr.call(self.b, f"llvm.{'maximum' if kind == 'max' else 'minimum'}.f32",
                               L.F32, [x, y])
 

@@ -114,6 +114,12 @@ def unary(b: ir.IRBuilder, intr: Intrinsics, op: str, x):
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+# A multiply feeding an add may fuse into one fma (one rounding instead of two), as
+# CUDA C compiles by default: elementwise chains and row sums take about a third fewer
+# instructions, which memory-bound kernels with few warps per SM need.
+CONTRACT = ("contract",)
+
+
 def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     is_f = x.type == F32
     if op in _FCMP:
@@ -127,7 +133,9 @@ def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     if is_f:
         if op in ("maximum", "minimum"):
             return intr.call(b, f"llvm.{op}.f32", F32, [x, y])
-        return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](x, y)
+        if op == "div":
+            return b.fdiv(x, y)
+        return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul}[op](x, y, flags=CONTRACT)
     if op in ("maximum", "minimum"):
         return b.select(b.icmp_signed(">" if op == "maximum" else "<", x, y), x, y)
     return {"add": b.add, "sub": b.sub, "mul": b.mul, "div": b.sdiv}[op](x, y)
@@ -194,6 +202,20 @@ def encode(b: ir.IRBuilder, intr: Intrinsics, value, dtype: DType):
     if dtype == DType.BOOL:
         return b.zext(value, I8)
     return value
+
+
+_PAIR_CVT = {DType.BF16: "cvt.rn.bf16x2.f32", DType.FP16: "cvt.rn.f16x2.f32"}
+
+
+def encode_pairs(b: ir.IRBuilder, values: list, dtype: DType) -> list | None:
+    """Consecutive register values as 32-bit words of two 16-bit floats each (one
+    instruction per pair, element 2k in the low half), or None if dtype has no such
+    conversion or the count is odd."""
+    if dtype not in _PAIR_CVT or len(values) % 2:
+        return None
+    fnty = ir.FunctionType(I32, [F32, F32])
+    return [b.asm(fnty, f"{_PAIR_CVT[dtype]} $0, $1, $2;", "=r,f,f",
+                  [values[k + 1], values[k]], False) for k in range(0, len(values), 2)]
 
 
 def round_to(b: ir.IRBuilder, intr: Intrinsics, value, dtype: DType):

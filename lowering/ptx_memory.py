@@ -12,6 +12,10 @@ from plait.dsl.dtypes import DType
 from . import ops_llvm as L
 
 
+def _always(mask) -> bool:
+    return isinstance(mask, ir.Constant) and mask.constant in (1, True)
+
+
 def _group(operands: str, count: int) -> str:
     return f"{{{operands}}}" if count > 1 else operands
 
@@ -41,9 +45,13 @@ def asm_load_words(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=Non
         qualifiers = hint[0] + ".L2::cache_hint"
         policy_operand = f", ${count + 2}"
         args.append(hint[1])
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${count + 1}, 0; {zero} "
-            f"@p ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
-            f"[${count}]{policy_operand}; }}")
+    if _always(mask):                    # no predicate, so no zeros to fill either
+        text = (f"ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
+                f"[${count}]{policy_operand};")
+    else:
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${count + 1}, 0; {zero} "
+                f"@p ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
+                f"[${count}]{policy_operand}; }}")
     code = "l" if regs == 64 else "r" if regs == 32 else "h"
     constraints = ",".join([f"={code}"] * count + ["l", "r"] + (["l"] if hint else []))
     ret = ir.LiteralStructType([reg_ty] * count) if count > 1 else reg_ty
@@ -64,13 +72,13 @@ def unpack_words(b: ir.IRBuilder, words: list, vec: int, dtype: DType) -> list:
     return elems[:vec]
 
 
-def asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
+def pack_words(b: ir.IRBuilder, bits: list, dtype: DType) -> tuple[list, int]:
+    """Storage bits of consecutive elements into the registers a store writes, and the
+    bits each register stores."""
     elem_bits = L.STORAGE_BITS[dtype].width
-    vec = len(bits)
     if elem_bits == 64:
-        regs, count, per = 64, vec, 1
-    else:
-        regs, count, per = _pieces(vec, dtype)
+        return list(bits), 64
+    regs, count, per = _pieces(len(bits), dtype)
     reg_ty = ir.IntType(max(regs, 16))
     words = []
     for i in range(count):
@@ -82,11 +90,22 @@ def asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
                 piece = b.shl(piece, ir.Constant(reg_ty, k * elem_bits))
             word = piece if word is None else b.or_(word, piece)
         words.append(word)
+    return words, regs
+
+
+def asm_store(b: ir.IRBuilder, addr, mask, bits: list, dtype: DType) -> None:
+    asm_store_words(b, addr, mask, *pack_words(b, bits, dtype))
+
+
+def asm_store_words(b: ir.IRBuilder, addr, mask, words: list, regs: int) -> None:
+    """One (predicated) store of registers holding `regs` bits each."""
+    count = len(words)
+    reg_ty = words[0].type
     suffix = f".v{count}" if count > 1 else ""
     width = "b64" if regs == 64 else "b32" if regs == 32 else "b16" if regs == 16 else "u8"
     ins = ", ".join(f"${i + 2}" for i in range(count))
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; "
-            f"@p st.global{suffix}.{width} [$0], {_group(ins, count)}; }}")
+    store = f"st.global{suffix}.{width} [$0], {_group(ins, count)};"
+    text = store if _always(mask) else f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p {store} }}"
     code = "l" if regs == 64 else "r" if regs == 32 else "h"
     constraints = ",".join(["l", "r"] + [code] * count + ["~{memory}"])
     fnty = ir.FunctionType(ir.VoidType(), [L.I64, L.I32] + [reg_ty] * count)

@@ -149,7 +149,7 @@ def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
     per_thread = sum(int(np.prod(layout.fragment(op.axes))) for op in accs)
     if per_thread <= MAX_REGISTER_ACCUMULATORS:
         return ops, 0
-    slot, out = scratch, []
+    slot, out = -(-scratch // 4) * 4, []     # 16-byte aligned, for vector accesses
     for op in ops:
         if op.op == "loop_acc":
             out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
@@ -157,7 +157,7 @@ def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
             slot += int(np.prod(layout.fragment(op.axes))) * layout.threads
         else:
             out.append(op)
-    return out, slot - scratch
+    return out, slot - scratch          # the words past the scratch, padding included
 
 
 _ORDER = {"pre": 0, "loop": 1, "post": 2}
