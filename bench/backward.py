@@ -89,13 +89,14 @@ def variants(name):
         yield from elementwise_variants(name)
         return
     # 125 rows make 132 blocks of 16384: one per H200 SM.
-    for rows, threads, occ in ((128, 256, None), (125, 256, None), (64, 512, None),
-                               (125, 512, None), (64, 256, 2), (32, 256, 2)):
-        d = {"algorithm": name, "grid": {"M": rows},
+    for rows, threads, occ, pf in ((128, 256, None, 1), (128, 256, None, 2), (125, 256, None, 2),
+                                   (128, 256, None, 3), (64, 512, None, 2), (125, 512, None, 2),
+                                   (64, 512, None, 1), (64, 256, 2, 1), (64, 256, 2, 0)):
+        d = {"algorithm": name, "grid": {"M": rows}, "prefetch": pf,
              "block": {"N": {"threads": threads, "vector": 8}}}
         if occ:
             d["occupancy"] = occ
-        yield f"rows={rows} threads={threads} occ={occ}", Schedule.from_dict(d)
+        yield f"rows={rows} threads={threads} occ={occ} pf={pf}", Schedule.from_dict(d)
 
 
 def elementwise_variants(name):

@@ -42,6 +42,7 @@ class Layout:
     occupancy: int | None = None                      # blocks per SM to leave room for
     loop: AxisMap | None = None                       # the axis a block walks index by index
     cache_hints: bool = True
+    prefetch: int = 1                                 # loop steps whose loads run ahead
 
     def map_of(self, axis: str) -> AxisMap | None:
         for m in (self.row, self.col):
@@ -139,4 +140,5 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
         raise PlaitError(f"kernel {name}: occupancy {ks.occupancy} blocks of {threads} threads "
                          "exceeds the 2048 threads an SM holds")
     return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()),
-                  ks.occupancy, loop, ks.cache_hints)
+                  ks.occupancy, loop, ks.cache_hints,
+                  1 if ks.prefetch is None else ks.prefetch)

@@ -47,13 +47,17 @@ def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
 
 def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> str:
     """With an occupancy asked for, tell ptxas the block size and blocks per SM to fit, so
-    it caps registers for them (alone, .maxntid makes ptxas guess an occupancy itself)."""
-    if not occupancy:
+    it caps registers for them (alone, .maxntid makes ptxas guess an occupancy itself).
+    Blocks of more than 256 threads always state their size: 255 registers per thread
+    would not fit one such block in the register file, and the launch would fail."""
+    if not occupancy and threads <= 256:
         return ptx
     head = f".entry {entry}("
     start = ptx.index(head)
     body = ptx.index("\n{", start)
-    directives = f"\n.maxntid {threads}, 1, 1\n.minnctapersm {occupancy}"
+    directives = f"\n.maxntid {threads}, 1, 1"
+    if occupancy:
+        directives += f"\n.minnctapersm {occupancy}"
     return ptx[:body] + directives + ptx[body:]
 
 
@@ -155,19 +159,20 @@ class _Emitter(ReductionEmitter):
     def index(self, axis: str, r: int, c: int, v: int, ahead=0):
         """Element index along `axis` of fragment element (r, c, v) of this thread.
 
-        `ahead` picks the loop index for the walked axis: 0 the current one, 1 the
-        next (prefetching), "first" index 0 before the loop starts."""
+        `ahead` picks the index of the walked axis: k the k-th after the current one
+        (prefetching), ("first", k) the k-th before the loop starts; either stops at the
+        block's last index."""
         b = self.b
         if axis in self.partial:
             return self.block_index[self.partial[axis]]
         if self.lay.loop is not None and axis == self.lay.loop.axis:
-            if ahead == "first":
-                return self.base(axis)
-            step = self.loop_index
-            if ahead:                    # the next index; the last one reloads itself
-                following = b.add(step, L.i32(1))
-                step = b.select(b.icmp_unsigned("<", following, self.loop_count),
-                                following, step)
+            if isinstance(ahead, tuple):
+                step = L.i32(ahead[1])
+            else:
+                step = b.add(self.loop_index, L.i32(ahead)) if ahead else self.loop_index
+            if ahead and ahead != ("first", 0):
+                last = b.sub(self.loop_count, L.i32(1))
+                step = b.select(b.icmp_unsigned("<", step, self.loop_count), step, last)
             return b.add(self.base(axis), step)
         m = self.lay.map_of(axis)
         if m is None:

@@ -22,31 +22,36 @@ class ReductionEmitter:
                 identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
                 self._shared_acc_write(op, np.full(self.frag_shape(op.axes), identity,
                                                    dtype=object))
-        # Software pipelining: the loads of index i + 1 are issued at the top of step i, so
-        # the next rows are in flight while this one is reduced and written.
+        # Software pipelining: the loads of index i + depth are issued at the top of step
+        # i, so `depth` further rows are in flight while this one is reduced and written.
+        # Values of the rows in flight are phis carried from step to step.
         axis = self.lay.loop.axis
+        depth = self.lay.prefetch
         # The block walks min(tile, extent - base) indices, so no index inside the loop
-        # lies past the axis's end and only the prefetch of the next one needs a mask.
+        # lies past the axis's end; loads ahead of the last one reload it.
         remaining = b.sub(self.size(axis), self.base(axis))
         tile = L.i32(self.lay.loop.tile)
         self.loop_count = b.select(b.icmp_unsigned("<", remaining, tile), remaining, tile)
         streamed = [op for op in body if op.op == "load"
-                    and axis in self.prog.buffer(op.attr("buffer")).axes]
-        first = {op.id: self._load(op, ahead="first") for op in streamed}
+                    and axis in self.prog.buffer(op.attr("buffer")).axes] if depth else []
+        first = {op.id: [self._load(op, ahead=("first", k)) for k in range(depth)]
+                 for op in streamed}
         entry = b.block
         b.branch(header)
         b.position_at_end(header)
         counter = b.phi(L.I32, name="row")
         counter.add_incoming(L.i32(0), entry)
         self.loop_index = counter
-        carried = {}
+        carried = {}                     # load -> the fragments of steps i .. i + depth - 1
         for op in streamed:
-            frag = np.empty(first[op.id].shape, dtype=object)
-            for idx in np.ndindex(frag.shape):
-                frag[idx] = b.phi(first[op.id][idx].type)
-                frag[idx].add_incoming(first[op.id][idx], entry)
-            carried[op.id] = frag
-            self.values[op.id] = frag
+            carried[op.id] = []
+            for start in first[op.id]:
+                frag = np.empty(start.shape, dtype=object)
+                for idx in np.ndindex(frag.shape):
+                    frag[idx] = b.phi(start[idx].type)
+                    frag[idx].add_incoming(start[idx], entry)
+                carried[op.id].append(frag)
+            self.values[op.id] = carried[op.id][0]
         phis = {}
         for op in body:
             if op.op == "loop_acc" and op.attr("shared") is None:
@@ -56,7 +61,7 @@ class ReductionEmitter:
                     frag[idx] = b.phi(L.F32)
                     frag[idx].add_incoming(identity, entry)
                 phis[op.id] = frag
-        upcoming = {op.id: self._load(op, ahead=1) for op in streamed}   # after all phis
+        upcoming = {op.id: self._load(op, ahead=depth) for op in streamed}   # after the phis
         shared_accs = []
         for op in body:
             if op.op == "loop_acc" and op.attr("shared") is not None:
@@ -70,9 +75,10 @@ class ReductionEmitter:
             elif op.id not in carried:
                 self.values[op.id] = self._op(op)
         latch = b.block
-        for op_id, frag in carried.items():
-            for idx in np.ndindex(frag.shape):
-                frag[idx].add_incoming(upcoming[op_id][idx], latch)
+        for op_id, frags in carried.items():
+            for frag, following in zip(frags, frags[1:] + [upcoming[op_id]]):
+                for idx in np.ndindex(frag.shape):
+                    frag[idx].add_incoming(following[idx], latch)
         for op_id, frag in phis.items():
             for idx in np.ndindex(frag.shape):
                 frag[idx].add_incoming(self.values[op_id][idx], latch)

@@ -95,6 +95,10 @@ class KernelSchedule:
     cache_hints: loads of data read once ask the caches to evict it first, and loads of
       data every block rereads (a weight row) to keep it (PTX eviction priorities). Off
       by default: on the H200 it cost 1-4% on rmsnorm, softmax and swiglu (2026-12-02).
+    prefetch: for a kernel whose block walks an axis (a grid tile over an axis without
+      threads), how many steps ahead its loads are issued: the rows in flight while one
+      is computed. 1 by default; 0 loads each row at its own step; each step more holds
+      another row of loads in registers.
     save: names of forward intermediates a gradient kernel reads back instead
       of recomputing (autodiff).
     contraction: the tensor-core mapping of a kernel that is a contraction
@@ -108,6 +112,7 @@ class KernelSchedule:
     occupancy: int | None = None
     cache_hints: bool = False
     contraction: ContractionSchedule | None = None
+    prefetch: int | None = None
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -142,6 +147,8 @@ class KernelSchedule:
             out["cache_hints"] = True
         if self.contraction is not None:
             out["contraction"] = self.contraction.to_dict()
+        if self.prefetch is not None:
+            out["prefetch"] = self.prefetch
         return out
 
     @staticmethod
@@ -160,6 +167,7 @@ class KernelSchedule:
             occupancy=None if d.get("occupancy") is None else int(d["occupancy"]),
             cache_hints=bool(d.get("cache_hints", False)),
             contraction=ContractionSchedule.from_dict(d.get("contraction")),
+            prefetch=None if d.get("prefetch") is None else int(d["prefetch"]),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -175,11 +183,12 @@ class KernelSchedule:
             cache_hints=self.cache_hints or override.cache_hints,
             contraction=(override.contraction if self.contraction is None
                          else self.contraction.merged(override.contraction)),
+            prefetch=override.prefetch if override.prefetch is not None else self.prefetch,
         )
 
 
 KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints",
-               "contraction")
+               "contraction", "prefetch")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

@@ -125,3 +125,27 @@ def test_torch_bridge_trains_a_linear_layer():
     for got, want in zip((a.grad, b.grad, bias.grad), leaves):
         err = ((got.double() - want.grad).abs().max() / want.grad.abs().max()).item()
         assert err < 3e-2, err
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2, 3])
+@pytest.mark.parametrize("rows,M", [(16, 37), (4, 3), (64, 200)])
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_walked_rows_any_prefetch_depth(name, rows, M, prefetch):
+    """A block walking `rows` rows with loads `prefetch` steps ahead: row counts that end
+    mid-block and blocks with fewer rows than the prefetch depth."""
+    from plait.schedule import Schedule
+    algo = getattr(__import__(name), name)
+    gen = torch.Generator(device="cuda").manual_seed(M * 10 + prefetch)
+    N = 1000
+    args = [torch.randn(*((M, N) if a == "x" else (N,)), generator=gen, device="cuda")
+            for a in ARGS[name]]
+    dy = torch.randn(M, N, generator=gen, device="cuda")
+    g = grad(algo)
+    sched = Schedule.from_dict({"algorithm": g.name, "grid": {"M": rows}, "prefetch": prefetch,
+                                "block": {"N": {"threads": 128, "vector": 4}}})
+    got = plait.run(g, *args, dout=dy, schedule=sched)
+    leaves = [a.double().requires_grad_() for a in args]
+    want = torch.autograd.grad(reference(name)(*leaves), leaves, dy.double())
+    for a, w in zip(ARGS[name], want):
+        err = ((got["d" + a].double() - w).abs().max() / w.abs().max()).item()
+        assert err < TOL[torch.float32], f"d{a}: max_rel_err {err}"

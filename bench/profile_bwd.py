@@ -1,0 +1,40 @@
+"""Run one derived backward once, for a profiler (ncu) to look at its kernels.
+
+    ncu --section SpeedOfLight --section WarpStateStats -k regex:layernorm_bwd \\
+        python bench/profile_bwd.py layernorm '{grid: {M: 125}, prefetch: 2}'
+"""
+import os
+import sys
+
+import torch
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+import plait  # noqa: E402
+from plait.autodiff import grad  # noqa: E402
+from plait.schedule import Schedule  # noqa: E402
+
+
+def main():
+    name = sys.argv[1]
+    algo = getattr(__import__(name), name)
+    g = grad(algo)
+    sched = None
+    if len(sys.argv) > 2:
+        d = {"algorithm": g.name, "block": {"N": {"threads": 256, "vector": 8}}}
+        d.update(yaml.safe_load(sys.argv[2]))
+        sched = Schedule.from_dict(d)
+    M, N = 16384, 8192
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    ins = (x, w) if name == "rmsnorm" else (x, w, torch.randn_like(w))
+    dy = torch.randn_like(x)
+    for _ in range(2):
+        plait.run(g, *ins, dout=dy, schedule=sched)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
