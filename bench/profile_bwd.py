@@ -1,4 +1,5 @@
-"""Run one derived backward once, for a profiler (ncu) to look at its kernels.
+"""Run one derived backward once, for a profiler (ncu) to look at its kernels, or
+time it (--time, GB/s counted as bench/backward.py counts them).
 
     ncu --section SpeedOfLight --section WarpStateStats -k regex:layernorm_bwd \\
         python bench/profile_bwd.py layernorm '{grid: {M: 125}, prefetch: 2}'
@@ -34,6 +35,13 @@ def main():
     for _ in range(2):
         plait.run(g, *ins, dout=dy, schedule=sched)
     torch.cuda.synchronize()
+    if "--time" in sys.argv:
+        sys.path.insert(0, HERE)
+        from timing import graph_ms
+        nbytes = 3 * M * N * 2 + (len(ins) + 1) * N * 2
+        ms = graph_ms(lambda: plait.run(g, *ins, dout=dy, schedule=sched))
+        print(f"{name} {sys.argv[2] if len(sys.argv) > 2 else 'shipped'} "
+              f"{os.environ.get('PLAIT_ACC_REGS', '')}: {nbytes / ms / 1e6:.0f} GB/s")
 
 
 if __name__ == "__main__":

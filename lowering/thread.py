@@ -145,13 +145,20 @@ MAX_REGISTER_ACCUMULATORS = 8
 
 
 def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
+    import os
+    budget = int(os.environ.get("PLAIT_ACC_REGS", MAX_REGISTER_ACCUMULATORS))
     accs = [op for op in ops if op.op == "loop_acc"]
-    per_thread = sum(int(np.prod(layout.fragment(op.axes))) for op in accs)
-    if per_thread <= MAX_REGISTER_ACCUMULATORS:
+    in_registers, used = set(), 0
+    for op in accs:
+        n = int(np.prod(layout.fragment(op.axes)))
+        if used + n <= budget:
+            in_registers.add(op.id)
+            used += n
+    if len(in_registers) == len(accs):
         return ops, 0
     slot, out = -(-scratch // 4) * 4, []     # 16-byte aligned, for vector accesses
     for op in ops:
-        if op.op == "loop_acc":
+        if op.op == "loop_acc" and op.id not in in_registers:
             out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
                               tuple(sorted(dict(op.attrs, shared=slot).items()))))
             slot += int(np.prod(layout.fragment(op.axes))) * layout.threads
