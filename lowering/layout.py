@@ -43,6 +43,7 @@ class Layout:
     loop: AxisMap | None = None                       # the axis a block walks index by index
     cache_hints: bool = True
     prefetch: int = 1                                 # loop steps whose loads run ahead
+    prefetch_into: str = "registers"                  # or "shared": a cp.async ring
 
     def map_of(self, axis: str) -> AxisMap | None:
         for m in (self.row, self.col):
@@ -139,6 +140,8 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
     if ks.occupancy is not None and ks.occupancy * threads > 2048:
         raise PlaitError(f"kernel {name}: occupancy {ks.occupancy} blocks of {threads} threads "
                          "exceeds the 2048 threads an SM holds")
+    if ks.prefetch_into == "shared" and ks.prefetch == 0:
+        raise PlaitError(f"kernel {name}: prefetch_into: shared needs prefetch of 1 or more")
     return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()),
                   ks.occupancy, loop, ks.cache_hints,
-                  1 if ks.prefetch is None else ks.prefetch)
+                  1 if ks.prefetch is None else ks.prefetch, ks.prefetch_into or "registers")

@@ -103,7 +103,7 @@ class _Emitter(ReductionEmitter):
         self.args = {key: fn.args[i] for i, key in enumerate(self.arg_names)}
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.smem = None
-        words = prog.smem_floats + prog.acc_floats
+        words = prog.smem_floats + prog.acc_floats + prog.stage_floats
         if words:
             dynamic = 4 * words > STATIC_SHARED_LIMIT
             # Past the static limit the array is `extern` and sized by the launch.
@@ -296,16 +296,27 @@ class _Emitter(ReductionEmitter):
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         out = np.empty(shape, dtype=object)
+        for r, c, v0 in self.vectors(buf, vec):
+            mask = self.in_bounds(buf.axes, r, c, v0, ahead)
+            regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
+                                   buf.dtype, self._cache_hint(buf))
+            self.unpack(out, (r, c, v0), regs, vec, buf.dtype)
+        return out
+
+    def vectors(self, buf, vec: int):
+        """(r, c, v0) of each memory instruction a thread issues for `buf`, in order."""
+        shape = self.frag_shape(buf.axes)
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):
-                mask = self.in_bounds(buf.axes, r, c, v0, ahead)
-                regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
-                                       buf.dtype, self._cache_hint(buf))
-                for k, bits in enumerate(_unpack_words(self.b, regs, vec, buf.dtype)):
-                    # Narrow floats stay bits until the tile program's `convert`.
-                    out[r, c, v0 + k] = bits if buf.dtype != register_dtype(buf.dtype) \
-                        else L.decode(self.b, bits, buf.dtype)
-        return out
+                yield r, c, v0
+
+    def unpack(self, out: np.ndarray, at, regs: list, vec: int, dtype: DType) -> None:
+        """The elements of loaded registers into fragment `out` from element `at` on."""
+        r, c, v0 = at
+        for k, bits in enumerate(_unpack_words(self.b, regs, vec, dtype)):
+            # Narrow floats stay bits until the tile program's `convert`.
+            out[r, c, v0 + k] = bits if dtype != register_dtype(dtype) \
+                else L.decode(self.b, bits, dtype)
 
     def _cache_hint(self, buf):
         """Data each block reads alone streams through (evict first); data every block

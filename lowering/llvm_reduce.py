@@ -7,6 +7,8 @@ import numpy as np
 from llvmlite import ir
 
 from . import ops_llvm as L
+from . import ptx_mma as P
+from .llvm_fragments import mask_and
 from .llvm_fragments import map_fragments as _map
 from .thread import REDUCE_IDENTITY
 
@@ -34,8 +36,14 @@ class ReductionEmitter:
         self.loop_count = b.select(b.icmp_unsigned("<", remaining, tile), remaining, tile)
         streamed = [op for op in body if op.op == "load"
                     and axis in self.prog.buffer(op.attr("buffer")).axes] if depth else []
+        staged = [op for op in streamed if op.attr("staged") is not None]
+        streamed = [op for op in streamed if op.attr("staged") is None]
         first = {op.id: [self._load(op, ahead=("first", k)) for k in range(depth)]
                  for op in streamed}
+        for k in range(depth if staged else 0):
+            for op in staged:
+                self._stage_copy(op, L.i32(k), ("first", k))
+            P.cp_async_commit(b)
         entry = b.block
         b.branch(header)
         b.position_at_end(header)
@@ -62,6 +70,15 @@ class ReductionEmitter:
                     frag[idx].add_incoming(identity, entry)
                 phis[op.id] = frag
         upcoming = {op.id: self._load(op, ahead=depth) for op in streamed}   # after the phis
+        if staged:                       # row i has landed once at most depth - 1 are out
+            P.cp_async_wait(b, depth - 1)
+            ring = L.i32(depth + 1)
+            for op in staged:
+                self._stage_copy(op, b.urem(b.add(counter, L.i32(depth)), ring), depth)
+            P.cp_async_commit(b)
+            for op in staged:
+                self.values[op.id] = self._stage_read(op, b.urem(counter, ring))
+        ready = set(carried) | {op.id for op in staged}
         shared_accs = []
         for op in body:
             if op.op == "loop_acc" and op.attr("shared") is not None:
@@ -72,7 +89,7 @@ class ReductionEmitter:
             elif op.op == "loop_acc":
                 self.values[op.id] = self._loop_acc(op, phis[op.id],
                                                     self.values[op.args[0]])
-            elif op.id not in carried:
+            elif op.id not in ready:
                 self.values[op.id] = self._op(op)
         latch = b.block
         for op_id, frags in carried.items():
@@ -89,6 +106,51 @@ class ReductionEmitter:
         b.position_at_end(exit_block)
         for op in shared_accs:           # each thread reads back only its own slots
             self.values[op.id] = self._shared_acc_read(op)
+
+    # ---- rows copied ahead into shared memory (prefetch_into: shared) -------------
+    def _stage_words(self, op, slot, j: int, chunk_words: int):
+        """Word offset (i32) of vector j of this thread in ring slot `slot` of `op`."""
+        buf = self.prog.buffer(op.attr("buffer"))
+        per_slot = int(np.prod(self.frag_shape(buf.axes))) * buf.dtype.itemsize // 4 \
+            * self.lay.threads
+        b = self.b
+        mine = b.mul(b.add(L.i32(j * self.lay.threads), self.tid), L.i32(chunk_words))
+        return b.add(b.add(L.i32(op.attr("staged")), b.mul(slot, L.i32(per_slot))), mine)
+
+    def _stage_copy(self, op, slot, ahead) -> None:
+        """cp.async this thread's vectors of the row `ahead` into ring slot `slot`. A row
+        past the block's last is zero-filled, not read."""
+        b = self.b
+        buf = self.prog.buffer(op.attr("buffer"))
+        vec = op.attr("vector")
+        nbytes = vec * buf.dtype.itemsize
+        row = L.i32(ahead[1]) if isinstance(ahead, tuple) else b.add(self.loop_index,
+                                                                     L.i32(ahead))
+        live = b.icmp_unsigned("<", row, self.loop_count)
+        base = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
+        for j, (r, c, v0) in enumerate(self.vectors(buf, vec)):
+            valid = mask_and(b, [self.in_bounds(buf.axes, r, c, v0, ahead), live])
+            words = self._stage_words(op, slot, j, nbytes // 4)
+            P.cp_async(b, b.add(base, b.mul(words, L.i32(4))),
+                       self.address(buf, r, c, v0, ahead), valid, nbytes)
+
+    def _stage_read(self, op, slot) -> np.ndarray:
+        """This thread's vectors of the row in ring slot `slot`, as a load would give."""
+        b = self.b
+        buf = self.prog.buffer(op.attr("buffer"))
+        vec = op.attr("vector")
+        count = vec * buf.dtype.itemsize // 4
+        out = np.empty(self.frag_shape(buf.axes), dtype=object)
+        words_ty = ir.VectorType(L.I32, count) if count > 1 else L.I32
+        base = b.bitcast(b.gep(self.smem, [L.i32(0), L.i32(0)]), L.I32.as_pointer(addrspace=3))
+        for j, at in enumerate(self.vectors(buf, vec)):
+            ptr = b.gep(base, [self._stage_words(op, slot, j, count)])
+            ptr = b.bitcast(ptr, words_ty.as_pointer(addrspace=3))
+            words = b.load(ptr, align=4 * count)
+            regs = [b.extract_element(words, L.i32(k)) for k in range(count)] if count > 1 \
+                else [words]
+            self.unpack(out, at, regs, vec, buf.dtype)
+        return out
 
     def _shared_acc_groups(self, op):
         """This thread's shared-memory words of accumulator `op`, as (fragment indices,

@@ -21,8 +21,14 @@ def _asm(b: ir.IRBuilder, text: str, constraints: str, args: list, ret=VOID, eff
 def cp_async_16(b, dst, src, valid) -> None:
     """Copy 16 bytes global -> shared, bypassing L1; with `valid` (i1) false, none are read
     and the 16 bytes are zero-filled (src must still be a mapped address)."""
-    size = b.select(valid, L.i32(16), L.i32(0))
-    _asm(b, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+    cp_async(b, dst, src, valid, 16)
+
+
+def cp_async(b, dst, src, valid, nbytes: int) -> None:
+    """cp_async_16 for 4, 8 or 16 bytes (only 16-byte copies may bypass L1)."""
+    size = b.select(valid, L.i32(nbytes), L.i32(0))
+    level = "cg" if nbytes == 16 else "ca"
+    _asm(b, f"cp.async.{level}.shared.global [$0], [$1], {nbytes}, $2;", "r,l,r,~{memory}",
          [dst, src, size])
 
 

@@ -43,6 +43,7 @@ class ThreadProgram:
     ops: tuple[TileOp, ...]
     smem_floats: int              # shared-memory scratch of reductions, in 4-byte words
     acc_floats: int = 0           # loop accumulators kept in shared memory, after it
+    stage_floats: int = 0         # rings of rows copied ahead (prefetch_into: shared), last
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -52,7 +53,7 @@ class ThreadProgram:
 
     @property
     def shared_bytes(self) -> int:
-        return 4 * (self.smem_floats + self.acc_floats)
+        return 4 * (self.smem_floats + self.acc_floats + self.stage_floats)
 
     @property
     def size_args(self) -> tuple[str, ...]:
@@ -130,12 +131,14 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
         else:
             remap[op.id] = emit(op, args)
         i += 1
-    acc_floats = 0
+    acc_floats = stage_floats = 0
     if layout.loop is not None:
         ops = _place_in_loop(ops, layout.loop.axis, buffers, tile.name)
         ops, acc_floats = _accumulators_to_shared(ops, layout, smem)
+        if layout.prefetch_into == "shared":
+            ops, stage_floats = _stage_streamed_loads(ops, layout, buffers, smem + acc_floats)
     return ThreadProgram(tile.name, tile.axes, layout, tile.buffers, tile.scalars,
-                         tuple(ops), smem, acc_floats)
+                         tuple(ops), smem, acc_floats, stage_floats)
 
 
 # Loop accumulators of more elements per thread than this live in shared memory: a
@@ -165,6 +168,29 @@ def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
         else:
             out.append(op)
     return out, slot - scratch          # the words past the scratch, padding included
+
+
+def _stage_streamed_loads(ops: list[TileOp], layout: Layout, buffers, start: int):
+    """Give each load the loop streams a ring of prefetch + 1 rows in shared memory
+    (attribute `staged`: its first word). Every thread copies its own vectors with
+    cp.async and reads back only those, so the ring needs no barrier."""
+    slot = -(-start // 4) * 4            # 16-byte aligned
+    out = []
+    for op in ops:
+        buf = buffers[op.attr("buffer")] if op.op == "load" else None
+        if buf is None or op.attr("region") != "loop" or layout.loop.axis not in buf.axes:
+            out.append(op)
+            continue
+        if op.attr("vector") * buf.dtype.itemsize not in (4, 8, 16):
+            # cp.async copies 4, 8 or 16 bytes: rows too narrow or misaligned for such
+            # vectors (an odd row length) keep their prefetch in registers.
+            out.append(op)
+            continue
+        out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
+                          tuple(sorted(dict(op.attrs, staged=slot).items()))))
+        per_thread = int(np.prod(layout.fragment(buf.axes))) * buf.dtype.itemsize // 4
+        slot += (layout.prefetch + 1) * per_thread * layout.threads
+    return out, slot - start
 
 
 _ORDER = {"pre": 0, "loop": 1, "post": 2}

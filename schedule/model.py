@@ -97,8 +97,11 @@ class KernelSchedule:
       by default: on the H200 it cost 1-4% on rmsnorm, softmax and swiglu (2026-12-02).
     prefetch: for a kernel whose block walks an axis (a grid tile over an axis without
       threads), how many steps ahead its loads are issued: the rows in flight while one
-      is computed. 1 by default; 0 loads each row at its own step; each step more holds
-      another row of loads in registers.
+      is computed. 1 by default; 0 loads each row at its own step.
+    prefetch_into: where the rows in flight wait: 'registers' (the default; each step
+      ahead holds another row in registers) or 'shared' (cp.async copies into a ring of
+      prefetch + 1 rows in shared memory, which costs no registers, so deep prefetching
+      leaves room for the accumulators).
     save: names of forward intermediates a gradient kernel reads back instead
       of recomputing (autodiff).
     contraction: the tensor-core mapping of a kernel that is a contraction
@@ -113,6 +116,7 @@ class KernelSchedule:
     cache_hints: bool = False
     contraction: ContractionSchedule | None = None
     prefetch: int | None = None
+    prefetch_into: str | None = None
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -149,6 +153,8 @@ class KernelSchedule:
             out["contraction"] = self.contraction.to_dict()
         if self.prefetch is not None:
             out["prefetch"] = self.prefetch
+        if self.prefetch_into is not None:
+            out["prefetch_into"] = self.prefetch_into
         return out
 
     @staticmethod
@@ -168,6 +174,7 @@ class KernelSchedule:
             cache_hints=bool(d.get("cache_hints", False)),
             contraction=ContractionSchedule.from_dict(d.get("contraction")),
             prefetch=None if d.get("prefetch") is None else int(d["prefetch"]),
+            prefetch_into=d.get("prefetch_into"),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -184,11 +191,12 @@ class KernelSchedule:
             contraction=(override.contraction if self.contraction is None
                          else self.contraction.merged(override.contraction)),
             prefetch=override.prefetch if override.prefetch is not None else self.prefetch,
+            prefetch_into=override.prefetch_into or self.prefetch_into,
         )
 
 
 KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints",
-               "contraction", "prefetch")
+               "contraction", "prefetch", "prefetch_into")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

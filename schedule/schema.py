@@ -22,6 +22,7 @@ from .model import KERNEL_KEYS, TOP_KEYS
 AXIS_KEYS = ("threads", "vector")
 DTYPE_KEYS = ("storage", "compute", "accumulate")
 MAX_PREFETCH = 4
+PREFETCH_INTO = ("registers", "shared")
 
 
 def check_dict(d, source: str | None = None, lines: Mapping[str, int] | None = None) -> None:
@@ -81,7 +82,10 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
     if d.get("prefetch") is not None and _int(p, prefix + "prefetch", d["prefetch"]) \
             and not 0 <= d["prefetch"] <= MAX_PREFETCH:
         p.add(prefix + "prefetch", f"{d['prefetch']} steps; plait prefetches 0 to "
-              f"{MAX_PREFETCH} steps ahead (each holds a row of loads in registers)")
+              f"{MAX_PREFETCH} steps ahead (each holds a row of loads)")
+    if d.get("prefetch_into") is not None and d["prefetch_into"] not in PREFETCH_INTO:
+        p.add(prefix + "prefetch_into", f"must be one of {', '.join(PREFETCH_INTO)}, not "
+              f"{_kind(d['prefetch_into'])}")
     if "cache_hints" in d and not isinstance(d["cache_hints"], bool):
         p.add(prefix + "cache_hints", f"must be true or false, not {_kind(d['cache_hints'])}")
     if "reduction" in d and not isinstance(d["reduction"], str):

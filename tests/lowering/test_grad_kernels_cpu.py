@@ -55,3 +55,47 @@ def test_gradient_kernels_walking_rows(name):
     assert low.threads[0].layout.loop is not None
     assert [k.name for k in low.kernel_graph.kernels] == [f"{name}.bwd", f"{name}.bwd.finish"]
     _check(name, sizes, schedule, DType.FP32, seed=3)
+
+
+def _layernorm_bwd_lowered(extra: dict):
+    algo = load("layernorm")
+    bwd = grad(algo)
+    graph = bwd.graph({p.name: DType.BF16 for p in bwd.tensor_params})
+    sched = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, **extra})
+    return lower(graph, sched, {"M": 100, "N": 256}, True, "sm_90a")
+
+
+def test_shared_prefetch_needs_steps_ahead():
+    from plait.dsl.errors import PlaitError
+    with pytest.raises(PlaitError, match="prefetch_into: shared needs prefetch of 1 or more"):
+        _layernorm_bwd_lowered({"prefetch": 0, "prefetch_into": "shared"})
+
+
+def test_shared_prefetch_keeps_odd_rows_in_registers():
+    """cp.async moves 4, 8 or 16 bytes: 2-byte vectors keep their prefetch in registers."""
+    thread = next(t for t in _layernorm_bwd_lowered(
+        {"prefetch_into": "shared", "block": {"N": {"threads": 64, "vector": 1}}}).threads
+        if t.name == "layernorm.bwd")
+    assert thread.stage_floats == 0
+    assert not any(op.attr("staged") is not None for op in thread.ops)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_shared_prefetch_ring_is_sized_and_assembles(depth):
+    """The ring holds depth + 1 rows of x and dout per thread, and ptxas takes it."""
+    from plait.lowering.pipeline import compile_program
+    from plait.runtime.ptxas import assemble, find_ptxas
+    algo = load("layernorm")
+    bwd = grad(algo)
+    graph = bwd.graph({p.name: DType.BF16 for p in bwd.tensor_params})
+    sched = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, "prefetch": depth,
+                                "prefetch_into": "shared"})
+    program = compile_program(graph, sched, {"M": 100, "N": 256}, True, "sm_90a")
+    kernel = next(k for k in program.kernels if k.name == "layernorm.bwd")
+    thread = next(t for t in lower(graph, sched, {"M": 100, "N": 256}, True, "sm_90a").threads
+                  if t.name == "layernorm.bwd")
+    assert thread.stage_floats >= (depth + 1) * 2 * 256 * 2 // 4
+    # 8-byte vectors (4 bf16) go through L1: cp.async.ca
+    assert kernel.ptx.count("cp.async.ca.shared.global") == 2 * 256 // (64 * 4) * (depth + 1)
+    if find_ptxas() is not None:
+        assert len(assemble(kernel.ptx, "sm_90a")) > 0

@@ -193,3 +193,15 @@ def test_target_names(write):
     path = write("algorithm: f\ntarget: hopper\n")
     assert problems(load_schedule(path)) == [
         f"{path}:2: target: 'hopper' is not a GPU architecture like 'sm_90a' or 'sm_80'"]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("prefetch: 9", "prefetch: 9 steps; plait prefetches 0 to 4 steps ahead"),
+    ("prefetch: two", "prefetch: must be an integer, not str"),
+    ("prefetch_into: smem", "prefetch_into: must be one of registers, shared, not str 'smem'"),
+])
+def test_prefetch_keys_are_checked(write, text, expected):
+    path = write(f"algorithm: layernorm\n{text}\n")
+    with pytest.raises(ScheduleError) as info:
+        load_schedule(path)
+    assert info.value.problems[0].startswith(f"{path}:2: {expected}"), info.value.problems
