@@ -23,7 +23,7 @@ def main():
     algo = getattr(__import__(name), name)
     g = grad(algo)
     sched = None
-    if len(sys.argv) > 2:
+    if len(sys.argv) > 2 and sys.argv[2] and not sys.argv[2].startswith("--"):
         d = {"algorithm": g.name, "block": {"N": {"threads": 256, "vector": 8}}}
         d.update(yaml.safe_load(sys.argv[2]))
         sched = Schedule.from_dict(d)
@@ -40,8 +40,8 @@ def main():
         from timing import graph_ms
         nbytes = 3 * M * N * 2 + (len(ins) + 1) * N * 2
         ms = graph_ms(lambda: plait.run(g, *ins, dout=dy, schedule=sched))
-        print(f"{name} {sys.argv[2] if len(sys.argv) > 2 else 'shipped'} "
-              f"{os.environ.get('PLAIT_ACC_REGS', '')}: {nbytes / ms / 1e6:.0f} GB/s")
+        print(f"{name} {sched.to_dict() if sched else 'shipped schedule'}: "
+              f"{nbytes / ms / 1e6:.0f} GB/s")
 
 
 if __name__ == "__main__":

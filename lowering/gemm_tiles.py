@@ -10,9 +10,10 @@ from __future__ import annotations
 from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
+from .llvm_limits import SMS
+
 SWIZZLE_BYTES = 128         # one swizzle row: a K tile when K-major, 64 elements when MN-major
 MAX_ACC_REGS = 128          # fp32 accumulators per thread that leave registers to work with
-SMS = 132                   # multiprocessors of an H100 / H200: one wave of blocks
 # wgmma tiles (rows, columns) by how well one block keeps the tensor cores fed, measured
 # against each other on the H200 (2026-12-02); the heuristic trades this for fuller waves.
 WGMMA_TILES = ((128, 256, 1.0), (128, 128, 0.8), (64, 256, 0.7), (64, 128, 0.6))

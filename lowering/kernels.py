@@ -11,20 +11,21 @@ those rows and computes whatever follows. Inputs of a kernel are always
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import Node, make_attrs, topo_order
 from plait.schedule.default import default_kernel_schedule
-from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
+from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 
 from .artifact import Buffer
 from .contraction import find_contractions, is_contraction
 from .contraction_staging import stage_contractions
 from .gemm_tiles import auto_split_k
 from .layout import effective_grid
+from .llvm_limits import SMS
 from .policy import ResolvedPolicy
 
 REDUCE_OPS = ("sum", "max", "min")
@@ -94,6 +95,24 @@ def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
         if ks.grid or ks.block:
             return ks
     return default_kernel_schedule(axes, reduced, itemsize, sizes)
+
+
+def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes) -> KernelSchedule:
+    """Grid tiles spelled `wave` as numbers: the walked axis's extent over the blocks
+    that make one wave with the other gridded axes (16384 rows: 125 each, 132 blocks)."""
+    if not any(t == WAVE for _, t in ks.grid):
+        return ks
+    walked = [a for a, t in ks.grid if t == WAVE]
+    if len(walked) > 1 or walked[0] not in axes or walked[0] in dict(ks.block):
+        raise PlaitError(f"kernel {name}: grid tile 'wave' is for the one axis a block "
+                         f"walks (gridded, without threads); {', '.join(walked)} is not")
+    others = 1
+    for a, t in effective_grid(axes, ks).items():
+        if t != WAVE:
+            others *= -(-sizes[a] // t)
+    blocks = max(1, SMS // others)
+    tile = max(1, -(-sizes[walked[0]] // blocks))
+    return replace(ks, grid=tuple((a, tile if t == WAVE else t) for a, t in ks.grid))
 
 
 def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
@@ -181,6 +200,7 @@ class _Planner:
             return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
                                               self._itemsize(nodes))
+        ks = _resolve_waves(name, ks, axes, self.sizes)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:

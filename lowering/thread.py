@@ -28,6 +28,7 @@ from plait.dsl.errors import PlaitError
 
 from .artifact import Buffer
 from .layout import Layout
+from .llvm_limits import shared_limit
 from .tile import TileOp, TileProgram
 
 REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
@@ -97,7 +98,7 @@ def _vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, 
 
 
 def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int],
-                         aligned: bool) -> ThreadProgram:
+                         aligned: bool, target: str = "sm_90a") -> ThreadProgram:
     ops: list[TileOp] = []
     remap: dict[int, int] = {}
     smem = 0
@@ -134,9 +135,18 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
     acc_floats = stage_floats = 0
     if layout.loop is not None:
         ops = _place_in_loop(ops, layout.loop.axis, buffers, tile.name)
-        ops, acc_floats = _accumulators_to_shared(ops, layout, smem)
+        limit = shared_limit(target)
+        in_shared, words = _accumulators_to_shared(ops, layout, smem)
+        # Accumulators too many for shared memory (rows of tens of thousands) stay in
+        # registers, where ptxas may spill some to local memory: slower, but it runs.
+        if 4 * (smem + words) <= limit:
+            ops, acc_floats = in_shared, words
         if layout.prefetch_into == "shared":
-            ops, stage_floats = _stage_streamed_loads(ops, layout, buffers, smem + acc_floats)
+            staged, words = _stage_streamed_loads(ops, layout, buffers, smem + acc_floats)
+            # A ring that does not fit beside the accumulators leaves the rows in flight
+            # in registers instead.
+            if 4 * (smem + acc_floats + words) <= limit:
+                ops, stage_floats = staged, words
     return ThreadProgram(tile.name, tile.axes, layout, tile.buffers, tile.scalars,
                          tuple(ops), smem, acc_floats, stage_floats)
 
@@ -148,20 +158,13 @@ MAX_REGISTER_ACCUMULATORS = 8
 
 
 def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
-    import os
-    budget = int(os.environ.get("PLAIT_ACC_REGS", MAX_REGISTER_ACCUMULATORS))
     accs = [op for op in ops if op.op == "loop_acc"]
-    in_registers, used = set(), 0
-    for op in accs:
-        n = int(np.prod(layout.fragment(op.axes)))
-        if used + n <= budget:
-            in_registers.add(op.id)
-            used += n
-    if len(in_registers) == len(accs):
+    per_thread = sum(int(np.prod(layout.fragment(op.axes))) for op in accs)
+    if per_thread <= MAX_REGISTER_ACCUMULATORS:
         return ops, 0
     slot, out = -(-scratch // 4) * 4, []     # 16-byte aligned, for vector accesses
     for op in ops:
-        if op.op == "loop_acc" and op.id not in in_registers:
+        if op.op == "loop_acc":
             out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
                               tuple(sorted(dict(op.attrs, shared=slot).items()))))
             slot += int(np.prod(layout.fragment(op.axes))) * layout.threads

@@ -85,7 +85,9 @@ class KernelSchedule:
     """The mapping of one kernel.
 
     grid: axis -> tile, the elements of that axis one block covers; an axis of
-      the kernel absent from grid is covered whole by each block.
+      the kernel absent from grid is covered whole by each block. An axis the block
+      walks (no threads) may say `wave`: as many indices each as spread the axis over
+      one block per SM.
     block: axis -> AxisBlock; at most two axes (a row axis and the innermost,
       contiguous axis); thread counts are powers of two, 32..1024 in total.
     warps: optional cross-check of the total thread count (threads / 32).
@@ -107,7 +109,7 @@ class KernelSchedule:
     contraction: the tensor-core mapping of a kernel that is a contraction
       (`schedule/contraction.py`); None lets the target's default choose.
     """
-    grid: tuple[tuple[str, int], ...] = ()
+    grid: tuple[tuple[str, int | str], ...] = ()
     block: tuple[tuple[str, AxisBlock], ...] = ()
     warps: int | None = None
     reduction: str = "two_stage"
@@ -165,7 +167,7 @@ class KernelSchedule:
             spec = spec if isinstance(spec, dict) else {"threads": spec}
             block.append((axis, AxisBlock(int(spec.get("threads", 1)), int(spec.get("vector", 1)))))
         return KernelSchedule(
-            grid=tuple((k, int(v)) for k, v in (d.get("grid") or {}).items()),
+            grid=tuple((k, v if v == WAVE else int(v)) for k, v in (d.get("grid") or {}).items()),
             block=tuple(block),
             warps=None if d.get("warps") is None else int(d["warps"]),
             reduction=d.get("reduction", "two_stage"),
@@ -194,6 +196,10 @@ class KernelSchedule:
             prefetch_into=override.prefetch_into or self.prefetch_into,
         )
 
+
+# A grid tile spelled `wave`: the walked axis spread over one wave of blocks, one per SM
+# (ceil(extent / SMs) indices each), resolved when the sizes are known.
+WAVE = "wave"
 
 KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints",
                "contraction", "prefetch", "prefetch_into")

@@ -62,7 +62,8 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
     if _mapping(p, prefix + "grid", grid):
         for axis, tile in grid.items():
             _axis_name(p, f"{prefix}grid.{axis}", axis)
-            _int(p, f"{prefix}grid.{axis}", tile)
+            if tile != "wave":
+                _int(p, f"{prefix}grid.{axis}", tile, "an integer or 'wave'")
     block = d.get("block")
     if _mapping(p, prefix + "block", block):
         for axis, spec in block.items():

@@ -58,7 +58,7 @@ def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSche
     if own.occupancy is not None and not 1 <= own.occupancy <= 32:
         p.add(prefix + "occupancy", f"blocks per SM is between 1 and 32, not {own.occupancy}")
     for axis, tile in own.grid:
-        if tile < 1:
+        if tile != "wave" and tile < 1:
             p.add(f"{prefix}grid.{axis}", f"a grid tile is at least 1, not {tile}")
     if len(own.block) > MAX_BLOCK_AXES:
         p.add(prefix + "block", f"a block spreads over at most {MAX_BLOCK_AXES} axes "

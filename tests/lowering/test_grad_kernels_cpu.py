@@ -57,12 +57,12 @@ def test_gradient_kernels_walking_rows(name):
     _check(name, sizes, schedule, DType.FP32, seed=3)
 
 
-def _layernorm_bwd_lowered(extra: dict):
+def _layernorm_bwd_lowered(extra: dict, sizes=None):
     algo = load("layernorm")
     bwd = grad(algo)
     graph = bwd.graph({p.name: DType.BF16 for p in bwd.tensor_params})
     sched = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, **extra})
-    return lower(graph, sched, {"M": 100, "N": 256}, True, "sm_90a")
+    return lower(graph, sched, sizes or {"M": 100, "N": 256}, True, "sm_90a")
 
 
 def test_shared_prefetch_needs_steps_ahead():
@@ -99,3 +99,39 @@ def test_shared_prefetch_ring_is_sized_and_assembles(depth):
     assert kernel.ptx.count("cp.async.ca.shared.global") == 2 * 256 // (64 * 4) * (depth + 1)
     if find_ptxas() is not None:
         assert len(assemble(kernel.ptx, "sm_90a")) > 0
+
+
+@pytest.mark.parametrize("M,rows", [(16384, 125), (4096, 32), (300, 3), (50, 1)])
+def test_wave_tile_spreads_rows_over_one_block_per_sm(M, rows):
+    from plait.lowering.llvm_limits import SMS
+    low = _layernorm_bwd_lowered({"grid": {"M": "wave"}}, {"M": M, "N": 256})
+    main = next(t for t in low.threads if t.name == "layernorm.bwd")
+    assert dict(main.layout.grid)["M"] == rows
+    assert -(-M // rows) <= SMS
+
+
+def test_wave_tile_gives_the_reference_gradient():
+    _check("layernorm", {"M": 300, "N": 96}, Schedule.from_dict(
+        {"algorithm": "layernorm.bwd", "grid": {"M": "wave"},
+         "block": {"N": {"threads": 32, "vector": 1}}}), DType.FP32, seed=3)
+
+
+def test_wave_tile_is_for_a_walked_axis():
+    from plait.dsl.errors import PlaitError
+    with pytest.raises(PlaitError, match="grid tile 'wave' is for the one axis a block walks"):
+        _layernorm_bwd_lowered({"grid": {"N": "wave"}})
+
+
+@pytest.mark.parametrize("N,ring,accumulators", [(8192, True, True), (16384, False, True),
+                                                 (32768, False, False)])
+def test_shared_memory_beyond_the_limit_falls_back_to_registers(N, ring, accumulators):
+    """dw/db of 8 bytes a column and a ring of 3 rows fit a block at N=8192; at 16384 the
+    ring goes, at 32768 the accumulators too: the kernel stays launchable."""
+    from plait.lowering.llvm_limits import shared_limit
+    low = _layernorm_bwd_lowered({"grid": {"M": "wave"}, "prefetch": 2,
+                                  "prefetch_into": "shared",
+                                  "block": {"N": {"threads": 256, "vector": 8}}},
+                                 {"M": 4096, "N": N})
+    main = next(t for t in low.threads if t.name == "layernorm.bwd")
+    assert (main.stage_floats > 0) == ring and (main.acc_floats > 0) == accumulators
+    assert main.shared_bytes <= shared_limit("sm_90a")

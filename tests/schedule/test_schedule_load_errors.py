@@ -67,7 +67,7 @@ def test_dtypes_per_kernel_is_refused(write):
     ("block: {N: {threads: true}}", "block.N.threads", "must be an integer, not bool True"),
     ("block: {N: lots}", "block.N", "must be an integer (threads) or {threads: T, vector: V}"),
     ("block: [N, M]", "block", "must be a mapping, not list"),
-    ("grid: {M: one}", "grid.M", "must be an integer, not str 'one'"),
+    ("grid: {M: one}", "grid.M", "must be an integer or 'wave', not str 'one'"),
     ("warps: 8.0", "warps", "must be an integer, not float 8.0"),
     ("reduction: 2", "reduction", "must be a name like 'two_stage', not int 2"),
     ("save: mu", "save", "must be a list of names, not str 'mu'"),
