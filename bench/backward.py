@@ -88,24 +88,38 @@ def variants(name):
     if name.startswith("swiglu"):
         yield from elementwise_variants(name)
         return
-    # 125 rows make 132 blocks of 16384: one per H200 SM.
-    for rows, threads, occ, pf in ((128, 256, None, 1), (128, 256, None, 2), (125, 256, None, 2),
-                                   (128, 256, None, 3), (64, 512, None, 2), (125, 512, None, 2),
-                                   (64, 512, None, 1), (64, 256, 2, 1), (64, 256, 2, 0)):
-        d = {"algorithm": name, "grid": {"M": rows}, "prefetch": pf,
+    for rows, threads, occ, pf, into in (("wave", 256, None, 2, "shared"),
+                                         ("wave", 256, None, 3, "shared"),
+                                         ("wave", 256, None, 1, "shared"),
+                                         (128, 256, None, 2, "shared"),
+                                         ("wave", 512, None, 2, "shared"),
+                                         ("wave", 256, None, 2, "registers"),
+                                         (64, 256, 2, 2, "shared"), (64, 256, 2, 1, "registers")):
+        d = {"algorithm": name, "grid": {"M": rows}, "prefetch": pf, "prefetch_into": into,
              "block": {"N": {"threads": threads, "vector": 8}}}
         if occ:
             d["occupancy"] = occ
-        yield f"rows={rows} threads={threads} occ={occ} pf={pf}", Schedule.from_dict(d)
+        yield f"rows={rows} threads={threads} occ={occ} pf={pf} {into}", Schedule.from_dict(d)
 
 
 def elementwise_variants(name):
-    """Columns per block and threads (vectors of 8), with and without cache hints."""
-    for tile, threads in ((1024, 128), (2048, 128), (2048, 256), (4096, 256), (8192, 512)):
+    """Columns per block and threads (vectors of 8), with and without cache hints; then
+    walked rows: one block per SM (grid M: wave) with rows copied ahead."""
+    for tile, threads in ((1024, 128), (2048, 256), (8192, 512)):
         for hints in (False, True):
             yield f"tile={tile} threads={threads} hints={hints}", Schedule.from_dict(
                 {"algorithm": name, "grid": {"M": 1, "N": tile}, "cache_hints": hints,
                  "block": {"N": {"threads": threads, "vector": 8}}})
+    for rows, threads, pf, into, occ in (("wave", 1024, 2, "shared", None),
+                                         ("wave", 512, 2, "shared", None),
+                                         ("wave", 1024, 1, "registers", None),
+                                         (32, 512, 1, "shared", 2), (16, 512, 2, "shared", 2)):
+        d = {"algorithm": name, "grid": {"M": rows}, "prefetch": pf, "prefetch_into": into,
+             "block": {"N": {"threads": threads, "vector": 8}}}
+        if occ:
+            d["occupancy"] = occ
+        yield (f"rows={rows} threads={threads} pf={pf} {into} occ={occ}",
+               Schedule.from_dict(d))
 
 
 def main():
