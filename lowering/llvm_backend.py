@@ -138,10 +138,15 @@ class _Emitter(ReductionEmitter):
         self.tid = self.sreg("tid.x")
         linear = self.sreg("ctaid.x")
         self.block_index: dict[str, ir.Value] = {}
-        for axis, tile in reversed(self.lay.grid):
+        grid = self.lay.grid
+        for k, (axis, tile) in enumerate(reversed(grid)):
+            if k == len(grid) - 1:       # the outermost axis: what is left is its index
+                self.block_index[axis] = linear
+                break
             count = b.udiv(b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
-            self.block_index[axis] = b.urem(linear, count)
-            linear = b.udiv(linear, count)
+            following = b.udiv(linear, count)
+            self.block_index[axis] = b.sub(linear, b.mul(following, count))
+            linear = following
         self.thread_index = {}
         for m in (self.lay.row, self.lay.col):
             if m is not None:
