@@ -97,7 +97,7 @@ def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
     return default_kernel_schedule(axes, reduced, itemsize, sizes)
 
 
-def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes) -> KernelSchedule:
+def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int) -> KernelSchedule:
     """Grid tiles spelled `wave` as numbers: the walked axis's extent over the blocks
     that make one wave with the other gridded axes (16384 rows: 125 each, 132 blocks)."""
     if not any(t == WAVE for _, t in ks.grid):
@@ -110,7 +110,7 @@ def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes) -> KernelSchedule
     for a, t in effective_grid(axes, ks).items():
         if t != WAVE:
             others *= -(-sizes[a] // t)
-    blocks = max(1, SMS // others)
+    blocks = max(1, sms // others)
     tile = max(1, -(-sizes[walked[0]] // blocks))
     return replace(ks, grid=tuple((a, tile if t == WAVE else t) for a, t in ks.grid))
 
@@ -118,10 +118,12 @@ def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes) -> KernelSchedule
 def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                        policy: ResolvedPolicy, sizes: dict[str, int],
                        tensor_cores: str | None = None,
-                       generic: dict[str, str] | None = None) -> KernelGraph:
+                       generic: dict[str, str] | None = None,
+                       multiprocessors: int = SMS) -> KernelGraph:
     """`tensor_cores`: the target's tensor-core instruction ('wgmma', 'mma_sync'), or None;
     with one, contraction kernels are kept whole for the tensor-core lowering, except those
-    in `generic` (kernel name -> why not), which are planned like any other."""
+    in `generic` (kernel name -> why not), which are planned like any other.
+    `multiprocessors`: the SMs a `wave` grid tile spreads over."""
     buffers: list[Buffer] = []
     for p in graph.params:
         if p.is_tensor:
@@ -143,7 +145,8 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
-                       lambda name: bool(tensor_cores) and name not in generic, tensor_cores)
+                       lambda name: bool(tensor_cores) and name not in generic, tensor_cores,
+                       multiprocessors)
     for buf, value in staged:
         planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
         planner.plan(buf, {buf: value})
@@ -169,8 +172,9 @@ def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[
 
 class _Planner:
     def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False,
-                 instruction: str | None = None):
+                 instruction: str | None = None, multiprocessors: int = SMS):
         self.graph = graph
+        self.multiprocessors = multiprocessors
         self.whole_contraction = whole_contraction
         self.instruction = instruction
         self.schedule = schedule
@@ -200,7 +204,7 @@ class _Planner:
             return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
                                               self._itemsize(nodes))
-        ks = _resolve_waves(name, ks, axes, self.sizes)
+        ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:

@@ -23,7 +23,7 @@ from .gemm_plan import GemmProgram, NotAGemm, plan_gemm
 from .kernels import KernelGraph, build_kernel_graph
 from .layout import make_layout
 from .policy import resolve
-from .llvm_limits import STATIC_SHARED_LIMIT
+from .llvm_limits import SMS, STATIC_SHARED_LIMIT
 from .thread import ThreadProgram, build_thread_program
 from .tile import TileProgram, build_tile_programs
 
@@ -42,8 +42,9 @@ class Lowered:
 
 
 def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-          aligned: bool, target: str = DEFAULT_TARGET) -> Lowered:
+          aligned: bool, target: str = DEFAULT_TARGET, multiprocessors: int = SMS) -> Lowered:
     """Stages 2-4: kernel graph, tile programs, thread (or GEMM) programs.
+    `multiprocessors`: the device's SM count, which a `wave` grid tile spreads over.
 
     Contraction kernels are first kept whole for the tensor cores; one the target's
     instruction cannot take (the reason is in the kernel graph) is planned again as a
@@ -53,7 +54,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
         else None
     generic: dict[str, str] = {}
     while True:
-        kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic)
+        kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic,
+                                multiprocessors)
         tiles = build_tile_programs(kg, policy)
         full = dict(sizes)
         for axis, src, tile in kg.derived:
@@ -82,10 +84,12 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
 
 
 def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-                       aligned: bool, target: str = DEFAULT_TARGET) -> str:
+                       aligned: bool, target: str = DEFAULT_TARGET,
+                       multiprocessors: int = SMS) -> str:
     """What a compiled program depends on beyond graph, schedule and target:
-    fragment shapes and vector widths (sizes of gridded axes stay run-time)."""
-    low = lower(graph, schedule, sizes, aligned, target)
+    fragment shapes and vector widths (sizes of gridded axes stay run-time, except where
+    a `wave` tile derives rows per block from them)."""
+    low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     parts = [low.kernel_graph.text()]
     for t in low.threads:
         if isinstance(t, GemmProgram):
@@ -119,10 +123,10 @@ def entry_name(kernel_name: str) -> str:
 
 
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-                    aligned: bool, target: str) -> Program:
+                    aligned: bool, target: str, multiprocessors: int = SMS) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
     from .llvm_backend import emit_ptx
-    low = lower(graph, schedule, sizes, aligned, target)
+    low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
     for t in low.threads:
         entry = entry_name(t.name)

@@ -132,29 +132,41 @@ def compiler_fingerprint() -> str:
     return _fingerprint[0]
 
 
+def _multiprocessors() -> int:
+    """The SMs of the device kernels will run on (a `wave` grid tile spreads over them);
+    without a GPU, the planning figure of the lowering."""
+    from plait.lowering.llvm_limits import SMS
+
+    from . import driver
+    return driver.multiprocessors() if driver.gpu_available() else SMS
+
+
 def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: str):
     """The compiled Program: from this process's memo, the disk cache, or the compiler."""
     import plait
     from plait.lowering import pipeline
-    fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target)
+    sms = _multiprocessors()
+    fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target, sms)
     hit = _by_identity.get(fast)
     if hit is not None and hit[0] is graph and hit[1] is schedule:
         return hit[2]
     sched_dict = schedule.to_dict() if schedule is not None else None
-    memo = (graph.text(), repr(sched_dict), tuple(sorted(sizes.items())), aligned, target)
+    memo = (graph.text(), repr(sched_dict), tuple(sorted(sizes.items())), aligned, target, sms)
     if memo in _programs:
         _by_identity[fast] = (graph, schedule, _programs[memo])
         return _programs[memo]
     key_parts = {
         "graph": graph.text(),
         "schedule": sched_dict,
-        "specialization": pipeline.specialization_key(graph, schedule, sizes, aligned, target),
+        "specialization": pipeline.specialization_key(graph, schedule, sizes, aligned, target,
+                                                      sms),
         "target": target,
         "version": plait.__version__,
         "compiler": compiler_fingerprint(),
     }
     program = program_cache.get_or_build(
-        key_parts, lambda: pipeline.compile_program(graph, schedule, sizes, aligned, target))
+        key_parts, lambda: pipeline.compile_program(graph, schedule, sizes, aligned, target,
+                                                    sms))
     if len(_programs) >= _PROGRAMS_KEPT:
         _programs.pop(next(iter(_programs)))
     _programs[memo] = program

@@ -135,3 +135,14 @@ def test_shared_memory_beyond_the_limit_falls_back_to_registers(N, ring, accumul
     main = next(t for t in low.threads if t.name == "layernorm.bwd")
     assert (main.stage_floats > 0) == ring and (main.acc_floats > 0) == accumulators
     assert main.shared_bytes <= shared_limit("sm_90a")
+
+
+def test_wave_tile_follows_the_device_multiprocessors():
+    """An H100 PCIe has 114 SMs: 16384 rows make 114 blocks of 144, not 132 of 125."""
+    algo = load("layernorm")
+    bwd = grad(algo)
+    graph = bwd.graph({p.name: DType.BF16 for p in bwd.tensor_params})
+    sched = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, "grid": {"M": "wave"}})
+    low = lower(graph, sched, {"M": 16384, "N": 256}, True, "sm_90a", multiprocessors=114)
+    main = next(t for t in low.threads if t.name == "layernorm.bwd")
+    assert dict(main.layout.grid)["M"] == 144
