@@ -13,7 +13,7 @@ def mask_and(b, masks):
     result stays a constant (and loads and stores drop their predicate)."""
     out = None
     for m in masks:
-        if isinstance(m, ir.Constant) and m.constant in (1, True):
+        if L.always_true(m):
             continue
         out = m if out is None else b.and_(out, m)
     return out if out is not None else ir.Constant(L.I1, 1)

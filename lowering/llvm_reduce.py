@@ -10,7 +10,7 @@ from . import ops_llvm as L
 from . import ptx_mma as P
 from .llvm_fragments import mask_and
 from .llvm_fragments import map_fragments as _map
-from .thread import REDUCE_IDENTITY
+from .thread import REDUCE_IDENTITY, staged_row_words
 
 
 class ReductionEmitter:
@@ -110,9 +110,7 @@ class ReductionEmitter:
     # ---- rows copied ahead into shared memory (prefetch_into: shared) -------------
     def _stage_words(self, op, slot, j: int, chunk_words: int):
         """Word offset (i32) of vector j of this thread in ring slot `slot` of `op`."""
-        buf = self.prog.buffer(op.attr("buffer"))
-        per_slot = int(np.prod(self.frag_shape(buf.axes))) * buf.dtype.itemsize // 4 \
-            * self.lay.threads
+        per_slot = staged_row_words(self.lay, self.prog.buffer(op.attr("buffer")))
         b = self.b
         mine = b.mul(b.add(L.i32(j * self.lay.threads), self.tid), L.i32(chunk_words))
         return b.add(b.add(L.i32(op.attr("staged")), b.mul(slot, L.i32(per_slot))), mine)

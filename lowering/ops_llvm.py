@@ -120,6 +120,11 @@ _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 CONTRACT = ("contract",)
 
 
+def always_true(mask) -> bool:
+    """Whether an i1 value is the constant true (a mask that excludes nothing)."""
+    return isinstance(mask, ir.Constant) and mask.constant in (1, True)
+
+
 def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     is_f = x.type == F32
     if op in _FCMP:

@@ -12,10 +12,6 @@ from plait.dsl.dtypes import DType
 from . import ops_llvm as L
 
 
-def _always(mask) -> bool:
-    return isinstance(mask, ir.Constant) and mask.constant in (1, True)
-
-
 def _group(operands: str, count: int) -> str:
     return f"{{{operands}}}" if count > 1 else operands
 
@@ -45,7 +41,7 @@ def asm_load_words(b: ir.IRBuilder, addr, mask, vec: int, dtype: DType, hint=Non
         qualifiers = hint[0] + ".L2::cache_hint"
         policy_operand = f", ${count + 2}"
         args.append(hint[1])
-    if _always(mask):                    # no predicate, so no zeros to fill either
+    if L.always_true(mask):                    # no predicate, so no zeros to fill either
         text = (f"ld.global.nc{qualifiers}{suffix}.{width} {_group(outs, count)}, "
                 f"[${count}]{policy_operand};")
     else:
@@ -105,7 +101,7 @@ def asm_store_words(b: ir.IRBuilder, addr, mask, words: list, regs: int) -> None
     width = "b64" if regs == 64 else "b32" if regs == 32 else "b16" if regs == 16 else "u8"
     ins = ", ".join(f"${i + 2}" for i in range(count))
     store = f"st.global{suffix}.{width} [$0], {_group(ins, count)};"
-    text = store if _always(mask) else f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p {store} }}"
+    text = store if L.always_true(mask) else f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p {store} }}"
     code = "l" if regs == 64 else "r" if regs == 32 else "h"
     constraints = ",".join(["l", "r"] + [code] * count + ["~{memory}"])
     fnty = ir.FunctionType(ir.VoidType(), [L.I64, L.I32] + [reg_ty] * count)

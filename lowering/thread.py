@@ -165,8 +165,7 @@ def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
     slot, out = -(-scratch // 4) * 4, []     # 16-byte aligned, for vector accesses
     for op in ops:
         if op.op == "loop_acc":
-            out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
-                              tuple(sorted(dict(op.attrs, shared=slot).items()))))
+            out.append(op.with_attrs(shared=slot))
             slot += int(np.prod(layout.fragment(op.axes))) * layout.threads
         else:
             out.append(op)
@@ -189,11 +188,14 @@ def _stage_streamed_loads(ops: list[TileOp], layout: Layout, buffers, start: int
             # vectors (an odd row length) keep their prefetch in registers.
             out.append(op)
             continue
-        out.append(TileOp(op.id, op.op, op.args, op.axes, op.dtype,
-                          tuple(sorted(dict(op.attrs, staged=slot).items()))))
-        per_thread = int(np.prod(layout.fragment(buf.axes))) * buf.dtype.itemsize // 4
-        slot += (layout.prefetch + 1) * per_thread * layout.threads
+        out.append(op.with_attrs(staged=slot))
+        slot += (layout.prefetch + 1) * staged_row_words(layout, buf)
     return out, slot - start
+
+
+def staged_row_words(layout: Layout, buf: Buffer) -> int:
+    """Words one row of `buf` takes in a ring slot: every thread's fragment of it."""
+    return int(np.prod(layout.fragment(buf.axes))) * buf.dtype.itemsize // 4 * layout.threads
 
 
 _ORDER = {"pre": 0, "loop": 1, "post": 2}

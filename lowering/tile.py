@@ -36,6 +36,11 @@ class TileOp:
                 return v
         return default
 
+    def with_attrs(self, **attrs) -> "TileOp":
+        """This op with the given attributes set (attributes stay sorted by key)."""
+        return TileOp(self.id, self.op, self.args, self.axes, self.dtype,
+                      tuple(sorted(dict(self.attrs, **attrs).items())))
+
 
 @dataclass(frozen=True)
 class TileProgram:

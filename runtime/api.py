@@ -11,6 +11,7 @@ launch on the GPU, or run the CPU executor.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -132,6 +133,7 @@ def compiler_fingerprint() -> str:
     return _fingerprint[0]
 
 
+@functools.cache
 def _multiprocessors() -> int:
     """The SMs of the device kernels will run on (a `wave` grid tile spreads over them);
     without a GPU, the planning figure of the lowering."""
