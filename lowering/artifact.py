@@ -51,14 +51,38 @@ class CompiledKernel:
     shared_bytes: int = 0   # shared memory per block, all of it
     dynamic_shared: int = 0  # of which dynamic: the launch must ask for this many bytes
     persistent: bool = False  # at most one block per multiprocessor, each walking tiles
+    # The innermost grid axis's blocks on x and the other axes' on y (and z, past
+    # MAX_GRID_Y of them), so that a block finds its indices without dividing by a
+    # run-time count. Otherwise one linear index on x.
+    grid_xyz: bool = False
 
-    def blocks(self, sizes: dict[str, int], multiprocessors: int | None = None) -> int:
+    def blocks(self, sizes: dict[str, int],
+               multiprocessors: int | None = None) -> int | tuple[int, int, int]:
+        counts = [-(-sizes[axis] // tile) for axis, tile in self.grid]
+        if self.grid_xyz and len(counts) > 1:
+            return split_grid(counts)
         total = 1
-        for axis, tile in self.grid:
-            total *= -(-sizes[axis] // tile)
+        for count in counts:
+            total *= count
         if self.persistent and multiprocessors:
             total = min(total, multiprocessors)
         return max(total, 1) if self.persistent else total
+
+
+MAX_GRID_Y = 65535      # the launch limit of gridDim.y (and z)
+
+
+def split_grid(counts: list[int]) -> int | tuple[int, int, int]:
+    """Launch dimensions for blocks per grid axis (outermost first): the innermost on x,
+    the product of the others over y and z. z > 1 leaves some blocks past the end (the
+    kernel returns at once in them); 0 when any axis is empty."""
+    rest = 1
+    for count in counts[:-1]:
+        rest *= count
+    if rest == 0 or counts[-1] == 0:
+        return 0
+    y = min(rest, MAX_GRID_Y)
+    return counts[-1], y, -(-rest // y)
 
 
 @dataclass(frozen=True)
@@ -98,7 +122,7 @@ class Program:
                                  for a in k["args"]),
                            k["threads"], tuple((g[0], g[1]) for g in k["grid"]),
                            k["shared_bytes"], k.get("dynamic_shared", 0),
-                           k.get("persistent", False))
+                           k.get("persistent", False), k.get("grid_xyz", False))
             for k in d["kernels"])
         derived = tuple((a, s, t) for a, s, t in d.get("derived", ()))
         return Program(d["algorithm"], d["target"], buffers, kernels, derived)

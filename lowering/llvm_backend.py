@@ -136,14 +136,24 @@ class _Emitter(ReductionEmitter):
     def _setup_indices(self) -> None:
         b = self.b
         self.tid = self.sreg("tid.x")
-        linear = self.sreg("ctaid.x")
         self.block_index: dict[str, ir.Value] = {}
         grid = self.lay.grid
-        for k, (axis, tile) in enumerate(reversed(grid)):
-            if k == len(grid) - 1:       # the outermost axis: what is left is its index
-                self.block_index[axis] = linear
-                break
+        outer = grid
+        linear = self.sreg("ctaid.x")
+        if len(grid) > 1:
+            # artifact.split_grid: the innermost axis on x, the others over y and z
+            self.block_index[grid[-1][0]] = linear
+            outer = grid[:-1]
+            linear = b.add(self.sreg("ctaid.y"), b.mul(self.sreg("ctaid.z"),
+                                                        self.sreg("nctaid.y")))
+        for k, (axis, tile) in enumerate(reversed(outer)):
             count = b.udiv(b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
+            if k == len(outer) - 1:      # the outermost axis: what is left is its index
+                self.block_index[axis] = linear
+                if len(grid) > 1:        # z rounds up: the blocks past the end leave
+                    with b.if_then(b.icmp_unsigned(">=", linear, count), likely=False):
+                        b.ret_void()
+                break
             following = b.udiv(linear, count)
             self.block_index[axis] = b.sub(linear, b.mul(following, count))
             linear = following

@@ -136,7 +136,8 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
         ptx = emit_ptx(t, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
-                                      t.layout.threads, t.layout.grid, t.shared_bytes, dynamic))
+                                      t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
+                                      grid_xyz=True))
     kg = low.kernel_graph
     return Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
 

@@ -62,3 +62,18 @@ def test_example_on_gpu(name, arch, shape, dtype):
     ref = torch_reference(name, args)
     err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
     assert np.isfinite(err) and err < TOL[dtype], f"max_rel_err {err}"
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu"])
+def test_more_row_blocks_than_grid_y_holds(name):
+    """70001 rows of blocks: 65535 on y, the rest on z = 2 (whose last 61069 blocks must
+    leave without writing); columns end mid-block on x."""
+    module = __import__(name)
+    algo = getattr(module, name)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    args = make_args(name, 70001, 1030, torch.bfloat16, gen)
+    schedule = find_schedule(name, "sm_90")
+    out = plait.run(algo, *args, schedule=schedule)
+    ref = torch_reference(name, args)
+    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    assert np.isfinite(err) and err < TOL[torch.bfloat16], f"max_rel_err {err}"
