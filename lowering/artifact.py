@@ -6,6 +6,7 @@ disk as JSON and launch it without importing the compiler.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 
 from plait.dsl.dtypes import DType, dtype_of
@@ -61,9 +62,7 @@ class CompiledKernel:
         counts = [-(-sizes[axis] // tile) for axis, tile in self.grid]
         if self.grid_xyz and len(counts) > 1:
             return split_grid(counts)
-        total = 1
-        for count in counts:
-            total *= count
+        total = math.prod(counts)
         if self.persistent and multiprocessors:
             total = min(total, multiprocessors)
         return max(total, 1) if self.persistent else total
@@ -76,9 +75,7 @@ def split_grid(counts: list[int]) -> int | tuple[int, int, int]:
     """Launch dimensions for blocks per grid axis (outermost first): the innermost on x,
     the product of the others over y and z. z > 1 leaves some blocks past the end (the
     kernel returns at once in them); 0 when any axis is empty."""
-    rest = 1
-    for count in counts[:-1]:
-        rest *= count
+    rest = math.prod(counts[:-1])
     if rest == 0 or counts[-1] == 0:
         return 0
     y = min(rest, MAX_GRID_Y)

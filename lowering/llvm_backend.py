@@ -147,13 +147,14 @@ class _Emitter(ReductionEmitter):
             linear = b.add(self.sreg("ctaid.y"), b.mul(self.sreg("ctaid.z"),
                                                         self.sreg("nctaid.y")))
         for k, (axis, tile) in enumerate(reversed(outer)):
-            count = b.udiv(b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
             if k == len(outer) - 1:      # the outermost axis: what is left is its index
                 self.block_index[axis] = linear
                 if len(grid) > 1:        # z rounds up: the blocks past the end leave
-                    with b.if_then(b.icmp_unsigned(">=", linear, count), likely=False):
+                    past = b.icmp_unsigned(">=", linear, self._blocks_along(axis, tile))
+                    with b.if_then(past, likely=False):
                         b.ret_void()
                 break
+            count = self._blocks_along(axis, tile)
             following = b.udiv(linear, count)
             self.block_index[axis] = b.sub(linear, b.mul(following, count))
             linear = following
@@ -163,6 +164,9 @@ class _Emitter(ReductionEmitter):
                 self.thread_index[m.axis] = b.and_(b.lshr(self.tid, L.i32(m.shift)),
                                                    L.i32(m.threads - 1))
         self.partial = dict(self.lay.partial_axes)
+
+    def _blocks_along(self, axis: str, tile: int):
+        return self.b.udiv(self.b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
 
     def base(self, axis: str):
         tile = dict(self.lay.grid).get(axis)

@@ -12,6 +12,7 @@ import hashlib
 import threading
 
 from plait.dsl.errors import PlaitError
+from plait.lowering.artifact import MAX_GRID_Y
 
 
 class CudaError(PlaitError):
@@ -228,7 +229,7 @@ def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 
     drv = _ready()
     gx, gy, gz = _dim3(grid)
     bx, by, bz = _dim3(block)
-    if gx > 2**31 - 1 or gy > 65535 or gz > 65535:
+    if gx > 2**31 - 1 or gy > MAX_GRID_Y or gz > MAX_GRID_Y:
         raise CudaError(f"kernel {kernel}: grid {gx}x{gy}x{gz} exceeds the GPU's grid limits")
     if bx * by * bz > 1024:
         raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")
