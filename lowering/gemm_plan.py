@@ -23,6 +23,7 @@ from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
 from .artifact import Buffer
+from .target import get_target
 from .tile import TileOp, TileProgram, format_op
 
 SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
@@ -32,8 +33,6 @@ WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
 # the contraction schedule (tiles are chosen per size where the schedule gives none).
 # mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
 _MMA_SYNC = ContractionSchedule(stages=3, raster=8, instruction="mma_sync")
-INSTRUCTIONS = {"sm_90a": ("wgmma", "mma_sync"), "sm_90": ("mma_sync",),
-                "sm_89": ("mma_sync",), "sm_86": ("mma_sync",), "sm_80": ("mma_sync",)}
 DEFAULTS = {"sm_90a": ContractionSchedule(stages=4, raster=8, instruction="wgmma",
                                           persistent=True),
             "sm_90": _MMA_SYNC, "sm_89": _MMA_SYNC, "sm_86": _MMA_SYNC, "sm_80": _MMA_SYNC}
@@ -274,9 +273,9 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     if target not in DEFAULTS:
         raise NotAGemm(f"no tensor-core lowering for {target} yet")
     sched = DEFAULTS[target].merged(schedule)
-    if sched.instruction not in INSTRUCTIONS[target]:
+    if sched.instruction not in get_target(target).instructions:
         raise PlaitError(f"kernel {tile.name}: contraction.instruction: {sched.instruction} is "
-                         f"not available on {target} (it has {', '.join(INSTRUCTIONS[target])})")
+                         f"not available on {target} (it has {', '.join(get_target(target).instructions)})")
     r = find_roles(tile, sizes)
     problem = _operand_dtype_problem(r.a.dtype, r.b.dtype, sched.tf32)
     if problem:

@@ -27,11 +27,10 @@ from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .ptx_memory import asm_store_words as _asm_store_words
+from .target import get_target
 from .thread import ThreadProgram
 from .tile import register_dtype
 
-PTX_FEATURES = {"sm_80": "+ptx74", "sm_86": "+ptx74", "sm_89": "+ptx78", "sm_90": "+ptx78",
-                "sm_90a": "+ptx80"}
 
 
 @functools.cache
@@ -66,7 +65,7 @@ def llvm_to_ptx(llvm_ir: str, target: str) -> str:
     module = llvm.parse_assembly(llvm_ir)
     module.verify()
     machine = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
-        cpu=target, features=PTX_FEATURES.get(target, "+ptx80"), opt=3)
+        cpu=target, features=get_target(target).ptx_feature, opt=3)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(machine, pto)
     pb.getModulePassManager().run(module, pb)

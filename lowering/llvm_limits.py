@@ -7,10 +7,9 @@ STATIC_SHARED_LIMIT = 48 * 1024
 # Kernels are compiled ahead of the device they meet, so this is a planning figure.
 SMS = 132
 
-# Shared memory one block may opt in to, per target family.
-SHARED_LIMIT = {"sm_90": 227 * 1024, "sm_80": 163 * 1024}
-SHARED_LIMIT_OTHER = 99 * 1024          # sm_86 / sm_89
 
 
 def shared_limit(target: str) -> int:
-    return SHARED_LIMIT.get(target.rstrip("a"), SHARED_LIMIT_OTHER)
+    """Shared memory one block may opt in to on `target` (the target table's figure)."""
+    from .target import get_target
+    return get_target(target).shared_per_block

@@ -23,12 +23,11 @@ from .gemm_plan import GemmProgram, NotAGemm, plan_gemm
 from .kernels import KernelGraph, build_kernel_graph
 from .layout import make_layout
 from .policy import resolve
+from .target import DEFAULT_TARGET, get_target
 from .llvm_limits import SMS, STATIC_SHARED_LIMIT
 from .thread import ThreadProgram, build_thread_program
 from .tile import TileProgram, build_tile_programs
 
-
-DEFAULT_TARGET = "sm_90a"
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     Contraction kernels are first kept whole for the tensor cores; one the target's
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
+    get_target(target)
     policy = resolve(schedule.dtypes if schedule is not None else None)
     tensor_cores = TENSOR_CORE_TARGETS[target].instruction if target in TENSOR_CORE_TARGETS \
         else None

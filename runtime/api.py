@@ -22,7 +22,7 @@ from plait.dsl.reference import bind_sizes
 from . import arrays, binding
 from . import cache as program_cache
 
-DEFAULT_TARGET = "sm_90a"     # what the CPU path and AOT compiles assume without a GPU to ask
+from plait.lowering.target import DEFAULT_TARGET  # one definition, in the target table
 DEVICES = ("auto", "cpu", "gpu")
 _programs: dict[tuple, object] = {}   # (graph, schedule, sizes, aligned, target) -> Program
 _PROGRAMS_KEPT = 256
