@@ -21,6 +21,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import OPS, Node, make_attrs
+from plait.dsl.ops import permute
 from plait.dsl.tensor import Tensor, axis_order, broadcast, cast, constant, reduce
 
 from .saving import saved_nodes
@@ -165,12 +166,15 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
         inputs = graph.inputs
         outputs = {}
         for w in wrt:
+            p = next(p for p in graph.params if p.name == w)
             if w in grads:
-                outputs[grad_name(w)] = grads[w].node
+                g = grads[w]
             else:  # w does not reach an output: its gradient is zero, not an error
-                p = next(p for p in graph.params if p.name == w)
                 zero = constant(0.0, inputs[w].dtype if w in inputs else p.dtype or DType.FP32)
-                outputs[grad_name(w)] = broadcast(zero, p.axes or ()).node
+                g = broadcast(zero, p.axes or ())
+            # d<w> is stored like w ([N, K] for an nn.Linear weight), not in the
+            # algorithm's canonical order.
+            outputs[grad_name(w)] = (permute(g, *p.axes) if p.axes else g).node
 
     outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or
                       _restamp(n, new, made_by))

@@ -111,6 +111,8 @@ class _Printer:
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
         if n.op == "name":
             return f'name({ops[0][0]}, "{n.attr("name")}")', _ATOM
+        if n.op == "permute":
+            return f'permute({ops[0][0]}, {_quote_axes(n.axes)})', _ATOM
         raise PlaitError(f"to_source: no DSL spelling for op {n.op!r}", n.loc)
 
     def variable(self, n: Node) -> str:

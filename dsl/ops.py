@@ -124,6 +124,29 @@ def name(x, label: str) -> Tensor:
     return new_node("name", (x,), x.axes, x.dtype, name=label)
 
 
+# `permute` is the identity with its axes in a chosen order: where it is an output, the
+# array's dimensions follow that order (a gradient is stored like its input, [N, K] for
+# an nn.Linear weight, although the algorithm's canonical order would give [K, N]).
+register(OpDef("permute", "elementwise", lambda n, ctx, a: a, lambda n, g, y, x: (g,)))
+
+
+def permute(x, *axes: str) -> Tensor:
+    """x with its axes in the order given, e.g. `permute(dw, "N", "K")`: same values,
+    stored N-major where it is an output. The axes must be exactly x's."""
+    from .errors import PlaitError, user_location
+    if not isinstance(x, Tensor):
+        raise PlaitError(f"permute(x, ...): x must be a plait tensor, not {type(x).__name__}",
+                         user_location())
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = tuple(axes[0])
+    if sorted(axes) != sorted(x.axes) or len(set(axes)) != len(axes):
+        raise PlaitError(f"permute(x, {', '.join(map(repr, axes))}): the axes must be x's "
+                         f"own, each once: [{', '.join(x.axes)}]", user_location())
+    if tuple(axes) == x.axes:
+        return x
+    return new_node("permute", (x,), tuple(axes), x.dtype)
+
+
 # `stop_gradient` is the identity whose gradient is zero: for values a result
 # does not depend on, such as the max subtracted inside softmax for stability.
 register(OpDef("stop_gradient", "elementwise", lambda n, ctx, a: a, lambda n, g, y, x: (None,)))
@@ -199,4 +222,4 @@ def min(x, over=None):  # noqa: A001
 __all__ = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
            "sin", "cos", "maximum", "minimum", "where", "cast", "sum", "max", "min",
            "compare", "new_node", "Tensor", "DType", "broadcast", "logical_and", "logical_or",
-           "logical_not", "name", "stop_gradient"]
+           "logical_not", "name", "permute", "stop_gradient"]

@@ -21,7 +21,7 @@ from plait.dsl.graph import AlgorithmGraph
 from plait.dsl.node import Node
 
 # Ops an operand may pass through between its input and the product.
-PROLOGUE_OPS = ("cast", "mul", "div", "neg", "broadcast", "name", "stop_gradient")
+PROLOGUE_OPS = ("cast", "mul", "div", "neg", "broadcast", "name", "permute", "stop_gradient")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from .artifact import Buffer
 from .kernels import REDUCE_OPS, KernelGraph, KernelPlan
 from .policy import ResolvedPolicy
 
-IDENTITY_OPS = ("broadcast", "name", "stop_gradient")
+IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,69 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- every program the CPU executor runs is also compiled and assembled -----------------
+# The CPU executor checks the lowered program, not the LLVM emitter: an emitter crash
+# (or PTX that ptxas refuses) would hide behind a green CPU run. So `emulate` is wrapped
+# here, before any test module imports it: after a successful CPU run, the same graph,
+# schedule and sizes are compiled for sm_80 and sm_90a and every kernel is assembled.
+# A clean PlaitError from the compiler (a schedule a target cannot take) is a refusal,
+# not a crash; anything else, or PTX that ptxas rejects, fails the test.
+import functools  # noqa: E402
+
+from plait.dsl.errors import PlaitError  # noqa: E402
+from plait.lowering import pipeline as _pipeline  # noqa: E402
+
+BACKEND_TARGETS = ("sm_80", "sm_90a")
+_compiled: dict[tuple, None] = {}
+_usage: list[tuple[str, str, object]] = []
+
+
+def _schedule_key(schedule) -> str:
+    return "" if schedule is None else schedule.to_yaml()
+
+
+def compile_and_assemble(graph, schedule, sizes) -> None:
+    """Compile for every backend target and assemble each kernel (once per program)."""
+    from plait.runtime.ptxas import find_ptxas, resource_usage
+    key = (graph.text(), _schedule_key(schedule), tuple(sorted(sizes.items())))
+    if key in _compiled:
+        return
+    _compiled[key] = None
+    for target in BACKEND_TARGETS:
+        try:
+            program = _pipeline.compile_program(graph, schedule, dict(sizes), True, target)
+        except PlaitError:
+            continue
+        if find_ptxas() is None:
+            continue
+        for kernel in program.kernels:
+            usage = resource_usage(kernel.ptx, target)[kernel.entry]
+            _usage.append((kernel.name, target, usage))
+
+
+def _checked_emulate(emulate):
+    @functools.wraps(emulate)
+    def run(graph, schedule, sizes, inputs, scalars, *args, **kwargs):
+        out = emulate(graph, schedule, sizes, inputs, scalars, *args, **kwargs)
+        if not os.environ.get("PLAIT_SKIP_BACKEND_CHECK"):
+            compile_and_assemble(graph, schedule, sizes)
+        return out
+    return run
+
+
+_pipeline.emulate = _checked_emulate(_pipeline.emulate)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _usage:
+        return
+    spills = [(n, t, u) for n, t, u in _usage if u.spill_stores or u.spill_loads]
+    most = max(_usage, key=lambda e: e[2].registers)
+    terminalreporter.write_line(
+        f"backend check: {len(_compiled)} CPU-run programs compiled for "
+        f"{'/'.join(BACKEND_TARGETS)}, {len(_usage)} kernels assembled; most registers: "
+        f"{most[0]} on {most[1]} ({most[2].registers}); kernels with spills: {len(spills)}")
+    for name, target, usage in spills[:10]:
+        terminalreporter.write_line(f"  spills: {name} on {target}: {usage}")
