@@ -57,3 +57,9 @@ class PlaitError(Exception):
         text = f"{self.loc}: {self.message}"
         line = self.loc.source_line()
         return f"{text}\n    {line}" if line else text
+
+
+class PlaitWarning(UserWarning):
+    """Something plait did differently from what was asked, and why (never a wrong result):
+    e.g. contraction keys of a schedule that could not apply because the kernel runs
+    off tensor cores."""

@@ -7,11 +7,13 @@
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitWarning
 from plait.dsl.graph import AlgorithmGraph
 from plait.schedule.model import Schedule
 
@@ -71,6 +73,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
                     generic[plan.name] = str(why)
         if all(p.name in gemms for p in kg.kernels if p.contraction):
             break
+    _warn_unused_contraction_keys(kg, schedule, generic)
     threads = []
     for plan, tile in zip(kg.kernels, tiles):
         if plan.name in gemms:
@@ -81,6 +84,20 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
         layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes)
         threads.append(build_thread_program(tile, layout, full, aligned, target))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
+
+
+def _warn_unused_contraction_keys(kg: KernelGraph, schedule: Schedule | None,
+                                  generic: dict[str, str]) -> None:
+    """A schedule's contraction keys for a kernel that runs off tensor cores do nothing:
+    say so and why, rather than ignore them silently."""
+    if schedule is None:
+        return
+    for plan in kg.kernels:
+        keys = schedule.for_kernel(plan.name).contraction
+        if plan.name in generic and keys is not None and keys != type(keys)():
+            warnings.warn(PlaitWarning(
+                f"kernel {plan.name}: the schedule's contraction keys do not apply: it runs "
+                f"on the generic path because {generic[plan.name]}"), stacklevel=3)
 
 
 def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],

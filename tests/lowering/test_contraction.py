@@ -61,3 +61,25 @@ def test_contractions_still_run_correctly_through_the_generic_path():
     assert "contraction [M] x [N] over K" in lower(matmul.graph(), None, {"M": 37, "K": 77,
                                                                           "N": 29},
                                                    True).kernel_graph.text()
+
+
+def test_contraction_keys_off_tensor_cores_are_reported_not_ignored():
+    """fp32 operands without tf32 run generically: the schedule's tile cannot apply, and
+    plait says so with the reason instead of dropping the keys silently."""
+    import warnings
+
+    from plait.dsl.errors import PlaitWarning
+    from plait.schedule import Schedule
+    s = Schedule.from_dict({"algorithm": "matmul",
+                            "contraction": {"tile": {"M": 128, "N": 128, "K": 64}}})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        low = lower(matmul.graph(), s, {"M": 64, "K": 64, "N": 64}, True, "sm_90a")
+    assert not any(type(t).__name__ == "GemmProgram" for t in low.threads)
+    msgs = [str(w.message) for w in seen if issubclass(w.category, PlaitWarning)]
+    assert msgs and "contraction keys do not apply" in msgs[0] and "fp32" in msgs[0], msgs
+    with warnings.catch_warnings(record=True) as seen:       # bf16: the keys are used
+        warnings.simplefilter("always")
+        lower(matmul.graph({"a": "bf16", "b": "bf16"}), s, {"M": 64, "K": 64, "N": 64}, True,
+              "sm_90a")
+    assert not [w for w in seen if issubclass(w.category, PlaitWarning)]
