@@ -153,12 +153,16 @@ class ProgramCache:
                 except OSError as e:
                     self._warn(e)
                     return None
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(secrets.token_bytes(32))
-            except FileExistsError:
-                pass                    # another process made it first: read theirs
+            try:   # written whole, then linked into place: a reader never sees it half made
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-", suffix=".tmp")
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(secrets.token_bytes(32))
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass                # another process made it first: read theirs
+                finally:
+                    os.unlink(tmp)
             except OSError as e:
                 self._warn(e)
                 return None
