@@ -123,14 +123,19 @@ def compiler_fingerprint() -> str:
     """sha256 of the compiler's own source, so that a changed compiler misses the disk cache
     even while plait.__version__ stays the same (as it does during development)."""
     if not _fingerprint:
-        root = Path(__file__).resolve().parent.parent
-        h = hashlib.sha256()
-        for folder in ("dsl", "schedule", "lowering"):
-            for path in sorted((root / folder).glob("*.py")):
-                h.update(path.name.encode())
-                h.update(path.read_bytes())
-        _fingerprint.append(h.hexdigest())
+        _fingerprint.append(source_fingerprint(Path(__file__).resolve().parent.parent))
     return _fingerprint[0]
+
+
+def source_fingerprint(root: Path, folders=("dsl", "schedule", "lowering")) -> str:
+    """sha256 over every .py under the folders, subfolders included, named by relative path
+    (a moved or nested file must never serve stale kernels)."""
+    h = hashlib.sha256()
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
 
 
 @functools.cache

@@ -3,23 +3,33 @@
 Entries live under $PLAIT_CACHE_DIR, else $XDG_CACHE_HOME/plait, else
 ~/.cache/plait, one file per key:
 
-    plait-program v1 sha256=<hex digest of the body> bytes=<body length>
+    plait-program v2 key=<key> hmac=<hex> bytes=<body length>
     <Program.to_json()>
+
+The HMAC-SHA256 covers the key and the body, under a random per-user secret
+kept in the folder (`.secret`, mode 0600): an entry edited with a recomputed
+plain hash, or copied or renamed over another key, fails the check and is
+treated as a miss (recompiled and atomically overwritten). Symlinked entries
+and entries, secrets or folders owned by another user are never read; the
+folder is created 0700 and every file 0600. This defends against mistakes and
+against other local users who can write the folder; it does not defend
+against anyone who can read your files as you (they can read the secret).
 
 Two processes compiling the same key at once: each takes an flock on the key's
 lock file, so one compiles while the other waits and then reads its entry;
 every write goes to a temporary file in the same folder and is renamed over
-the entry (os.replace is atomic), so a reader never sees half a file. An entry
-whose header, length, checksum or JSON is wrong (a crash mid-write on a
-filesystem without atomic rename, a disk error, a format change) is deleted and
-rebuilt. The cache only ever saves time: when the folder cannot be written,
-plait compiles in memory and says so once.
+the entry (os.replace is atomic), so a reader never sees half a file. A
+damaged entry is deleted and rebuilt. The cache only ever saves time: when the
+folder cannot be written or is not safe, plait compiles in memory and says so once.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 import tempfile
 import threading
 import warnings
@@ -34,7 +44,9 @@ try:
 except ImportError:  # not POSIX: the atomic rename alone keeps entries whole
     fcntl = None
 
-MAGIC = "plait-program v1"
+MAGIC = "plait-program v2"
+SECRET_NAME = ".secret"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def cache_dir() -> Path:
@@ -51,29 +63,51 @@ def cache_key(key_parts: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def encode_entry(program: Program) -> bytes:
+def _mac(secret: bytes, key: str, body: bytes) -> str:
+    return hmac.new(secret, key.encode() + b"\n" + body, hashlib.sha256).hexdigest()
+
+
+def encode_entry(program: Program, key: str, secret: bytes) -> bytes:
     body = program.to_json().encode()
-    digest = hashlib.sha256(body).hexdigest()
-    return f"{MAGIC} sha256={digest} bytes={len(body)}\n".encode() + body
+    return f"{MAGIC} key={key} hmac={_mac(secret, key, body)} bytes={len(body)}\n".encode() + body
 
 
-def decode_entry(data: bytes) -> Program | None:
-    """The Program in an entry, or None when the entry is damaged in any way."""
+def decode_entry(data: bytes, key: str, secret: bytes) -> Program | None:
+    """The Program in an entry written for `key`, or None when it is damaged, forged or
+    written for another key."""
     head, sep, body = data.partition(b"\n")
     if not sep:
         return None
     parts = head.decode(errors="replace").split(" ")
-    if " ".join(parts[:2]) != MAGIC or len(parts) != 4:
+    if " ".join(parts[:2]) != MAGIC or len(parts) != 5:
         return None
     fields = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
-    if fields.get("bytes") != str(len(body)):
+    if fields.get("key") != key or fields.get("bytes") != str(len(body)):
         return None
-    if fields.get("sha256") != hashlib.sha256(body).hexdigest():
+    if not hmac.compare_digest(fields.get("hmac", ""), _mac(secret, key, body)):
         return None
     try:
         return Program.from_json(body.decode())
     except Exception:
         return None
+
+
+def _mine(st: os.stat_result) -> bool:
+    """Owned by the current user (always true where there are no uids)."""
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
+def _read_own_file(path: Path) -> bytes | None:
+    """A regular file's bytes when it is ours and no symlink; else None (never followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or not _mine(st) or os.path.islink(path):
+            return None
+        return f.read()
 
 
 class ProgramCache:
@@ -86,28 +120,81 @@ class ProgramCache:
         self.disk_hits = 0
         self._lock = threading.Lock()
         self._warned = False
+        self._secret: bytes | None = None
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.plait"
 
-    def read(self, key: str) -> Program | None:
-        path = self.path(key)
+    def _folder(self) -> bool:
+        """Create the folder (0700) when missing; whether it is ours and safe to use."""
         try:
-            data = path.read_bytes()
-        except OSError:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.stat(self.directory)
+        except OSError as e:
+            self._warn(e)
+            return False
+        if not stat.S_ISDIR(st.st_mode) or not _mine(st):
+            self._warn(OSError(f"{self.directory} is not a folder owned by the current user"))
+            return False
+        return True
+
+    def secret(self) -> bytes | None:
+        """The per-user HMAC secret, created (0600) on first use; None when unusable."""
+        if self._secret is not None:
+            return self._secret
+        if not self._folder():
             return None
-        program = decode_entry(data)
+        path = self.directory / SECRET_NAME
+        data = _read_own_file(path)
+        if data is None or len(data) < 32:
+            if os.path.lexists(path):   # someone else's, a symlink or damaged: replace it
+                try:
+                    os.unlink(path)
+                except OSError as e:
+                    self._warn(e)
+                    return None
+            try:   # written whole, then linked into place: a reader never sees it half made
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-", suffix=".tmp")
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(secrets.token_bytes(32))
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass                # another process made it first: read theirs
+                finally:
+                    os.unlink(tmp)
+            except OSError as e:
+                self._warn(e)
+                return None
+            data = _read_own_file(path)
+            if data is None or len(data) < 32:
+                return None
+        self._secret = data
+        return data
+
+    def read(self, key: str) -> Program | None:
+        secret = self.secret()
+        if secret is None:
+            return None
+        path = self.path(key)
+        if not os.path.lexists(path):
+            return None
+        data = _read_own_file(path)
+        program = None if data is None else decode_entry(data, key, secret)
         if program is None:
             try:
-                path.unlink()    # damaged: drop it so that the rebuild can take its place
+                path.unlink()    # damaged, forged or not ours: drop it so the rebuild can land
             except OSError:
                 pass
         return program
 
     def write(self, key: str, program: Program) -> None:
-        data = encode_entry(program)
+        secret = self.secret()
+        if secret is None:
+            return
+        data = encode_entry(program, key, secret)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            # mkstemp makes the file 0600; the rename replaces a symlink, never its target
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}-", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -127,18 +214,19 @@ class ProgramCache:
     def _warn(self, error: OSError) -> None:
         if not self._warned:
             self._warned = True
-            warnings.warn(f"plait: cannot write the compile cache in {self.directory} ({error}); "
+            warnings.warn(f"plait: cannot use the compile cache in {self.directory} ({error}); "
                           "compiling in memory only (set PLAIT_CACHE_DIR to a writable folder)",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=4)
 
     @contextmanager
     def _key_lock(self, key: str):
         """Across processes, one compiles a key at a time; no lock is still correct, only slower."""
         handle = None
-        if fcntl is not None:
+        if fcntl is not None and self.secret() is not None:
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                handle = open(self.directory / f".{key}.lock", "a+b")
+                fd = os.open(self.directory / f".{key}.lock",
+                             os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+                handle = os.fdopen(fd, "a+b")
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             except OSError:
                 if handle is not None:
@@ -150,7 +238,6 @@ class ProgramCache:
             if handle is not None:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
                 handle.close()
-
     def get_or_build(self, key_parts: dict, build: Callable[[], Program]) -> Program:
         key = cache_key(key_parts)
         with self._lock:         # threads of one process: compile each key once

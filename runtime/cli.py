@@ -12,12 +12,15 @@ float64 reference on the same (rounded) inputs; its last line is
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 import traceback
 
 from plait.dsl.errors import PlaitError
 
+from . import cli_report
 from .loading import default_sizes, load_algorithm, make_inputs, parse_pairs
 
 
@@ -56,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dtypes(algo, args, schedule) -> dict:
-    """Storage dtype per tensor argument: --dtype, else the schedule's policy, else declared/fp32."""
+    """Storage dtype per tensor argument: a declared dtype (Tensor["M", "bf16"]) is kept;
+    otherwise --dtype, else the schedule's policy, else fp32."""
     from plait.dsl.dtypes import DType, dtype_of
     out = {}
     try:
@@ -64,7 +68,7 @@ def _dtypes(algo, args, schedule) -> dict:
     except ValueError as e:
         raise PlaitError(f"--dtype: {e}") from None
     for p in algo.tensor_params:
-        if forced is not None:
+        if forced is not None and p.dtype is None:
             out[p.name] = forced
         elif schedule is not None and schedule.dtypes.storage_of(p.name) is not None:
             out[p.name] = schedule.dtypes.storage_of(p.name)
@@ -83,11 +87,18 @@ def _sizes(algo, text: str, device: str) -> dict[str, int]:
             sizes[axis] = int(value)
         except ValueError:
             raise PlaitError(f"--shape: {axis}={value} is not an integer") from None
+        if sizes[axis] < 1:
+            raise PlaitError(f"--shape: {axis}={value} must be a positive integer")
     return sizes
 
 
 def _scalars(algo, text: str) -> dict[str, float]:
-    given = {k: float(v) for k, v in parse_pairs(text, "--scalar").items()}
+    given = {}
+    for k, v in parse_pairs(text, "--scalar").items():
+        try:
+            given[k] = float(v)
+        except ValueError:
+            raise PlaitError(f"--scalar: {k}={v} is not a number") from None
     names = {p.name for p in algo.params if not p.is_tensor}
     for name in given:
         if name not in names:
@@ -98,12 +109,52 @@ def _scalars(algo, text: str) -> dict[str, float]:
     return given
 
 
+def _check_target(target: str | None) -> None:
+    """--target: one of the targets plait compiles for (PlaitError listing them)."""
+    if target:
+        from plait.lowering.target import get_target
+        get_target(target)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (MemAvailable on Linux), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(algo, graph, dtypes, sizes) -> None:
+    """Refuse, before allocating, inputs + outputs + float64 reference that cannot fit."""
+    from plait.dsl.dtypes import dtype_of
+    total = 0
+    for p in algo.tensor_params:     # generated in float64, then rounded to storage
+        total += math.prod(sizes[a] for a in p.axes) * (8 + dtypes[p.name].itemsize)
+    for node in graph.outputs.values():   # the result, and the reference's float64 copy
+        n = math.prod(sizes.get(a, 1) for a in node.axes)
+        total += n * (8 + dtype_of(node.dtype).itemsize)
+    free = available_memory()
+    if free is not None and total > free:
+        shape = ",".join(f"{a}={n}" for a, n in sizes.items())
+        raise PlaitError(f"--shape {shape}: inputs, outputs and reference need "
+                         f"{total / 2**30:.1f} GiB, but only {free / 2**30:.1f} GiB of memory "
+                         "is available")
+
+
 def cmd_run(args) -> int:
     from plait.dsl.dtypes import dtype_of
     from plait.dsl.reference import evaluate
 
     from . import api
     from .tolerance import max_rel_err, tolerance
+    _check_target(args.target)
     algo = load_algorithm(args.file)
     gpu = api.use_gpu(args.device, False)
     arch = args.target or (api.gpu_target() if gpu else api.DEFAULT_TARGET)
@@ -111,6 +162,8 @@ def cmd_run(args) -> int:
     dtypes = _dtypes(algo, args, schedule)
     sizes = _sizes(algo, args.shape, "gpu" if gpu else "cpu")
     scalars = _scalars(algo, args.scalar)
+    graph = algo.graph(dtypes)
+    _check_memory(algo, graph, dtypes, sizes)
     inputs = make_inputs(algo, dtypes, sizes, args.seed)
     device = "gpu" if gpu else "cpu"
 
@@ -124,7 +177,6 @@ def cmd_run(args) -> int:
         start = time.perf_counter()
         result = once()
         elapsed = time.perf_counter() - start
-    graph = algo.graph(dtypes)
     outputs = _as_dict(list(graph.outputs), result)
     reference = evaluate(graph, {**inputs, **scalars})
     used = list(dtypes.values()) + [dtype_of(o.dtype) for o in outputs.values()]
@@ -136,6 +188,8 @@ def cmd_run(args) -> int:
     shape = " ".join(f"{a}={n}" for a, n in sizes.items())
     print(f"{algo.name} on {device} ({arch}), {shape}, "
           f"schedule {getattr(schedule, 'source', None) or ('given' if schedule else 'default')}")
+    for line in cli_report.kernel_paths(graph, schedule, sizes, True, arch):
+        print(line)
     if not worst <= tol:   # also catches NaN
         bad = ", ".join(f"{n}={e:.3g}" for n, e in errors.items())
         print(f"FAIL max_rel_err={worst:.3g} > tolerance {tol:g} ({bad})")
@@ -156,29 +210,22 @@ def _as_dict(names: list[str], result) -> dict:
 
 
 def cmd_compile(args) -> int:
-    import os
-
-    from plait.lowering import pipeline
-
     from . import api
+    _check_target(args.target)
     algo = load_algorithm(args.file)
     schedule = api.resolve_schedule(algo, args.schedule, args.target)
     dtypes = _dtypes(algo, args, schedule)
     sizes = _sizes(algo, args.shape, "gpu")
     graph = algo.graph(dtypes)
     if args.dump:
-        os.makedirs(args.dump, exist_ok=True)
-        stages = pipeline.dump_stages(graph, schedule, sizes, aligned=True, target=args.target)
-        for i, (stage, text) in enumerate(stages.items()):
-            ext = "ptx" if stage == "ptx" else "txt"
-            path = os.path.join(args.dump, f"{i:02d}_{stage}.{ext}")
-            with open(path, "w") as f:
-                f.write(text)
+        for path in cli_report.dump(args.dump, graph, schedule, sizes, args.target):
             print(path)
     program = api.compile(algo, dtypes, sizes, schedule=schedule, target=args.target)
     for k in program.kernels:
         grid = " ".join(f"{a}/{t}" for a, t in k.grid) or "1"
         print(f"kernel {k.name}: entry {k.entry}, {k.threads} threads, grid {grid}")
+    for line in cli_report.ptxas_lines(program, args.target):
+        print(line)
     return 0
 
 
@@ -195,9 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as e:
-        if not isinstance(e, PlaitError):   # a bug, not a user error: keep the traceback
+        if not isinstance(e, (PlaitError, MemoryError)):   # a bug, not a user error
             traceback.print_exc()
         message = " | ".join(str(e).splitlines())   # the verdict stays on one line
+        if not message.strip():           # never an empty error: say what was raised
+            message = f"{type(e).__name__} {e!r}"
         if args.command == "run":
             sys.stdout.flush()
             print(f"FAIL {type(e).__name__}: {message}")

@@ -62,7 +62,9 @@ def version() -> str:
     return lines[0].strip() if lines else out.stdout.strip()
 
 
-def _run(ptx: str | bytes, arch: str, extra: list[str]) -> tuple[bytes, str]:
+def _run(ptx: str | bytes, arch: str, extra: list[str],
+         timeout: float | None = None) -> tuple[bytes, str]:
+    """Assemble in a private folder; subprocess.TimeoutExpired past `timeout` seconds."""
     exe = require_ptxas()
     data = ptx.encode() if isinstance(ptx, str) else ptx
     with tempfile.TemporaryDirectory(prefix="plait-ptxas-") as tmp:
@@ -70,7 +72,7 @@ def _run(ptx: str | bytes, arch: str, extra: list[str]) -> tuple[bytes, str]:
         with open(src, "wb") as f:
             f.write(data)
         proc = subprocess.run([exe, f"-arch={arch}", *extra, "-o", out, src],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, timeout=timeout)
         log = (proc.stdout + proc.stderr).replace(src, "kernel.ptx")
         if proc.returncode != 0:
             raise PlaitError(f"ptxas -arch={arch} rejected the PTX (exit {proc.returncode}):\n"
@@ -135,6 +137,7 @@ def parse_verbose(log: str) -> dict[str, ResourceUsage]:
     return out
 
 
-def resource_usage(ptx: str | bytes, arch: str) -> dict[str, ResourceUsage]:
+def resource_usage(ptx: str | bytes, arch: str,
+                   timeout: float | None = None) -> dict[str, ResourceUsage]:
     """Registers, spills and shared memory of every entry in `ptx`, as ptxas -v reports."""
-    return parse_verbose(_run(ptx, arch, ["-v"])[1])
+    return parse_verbose(_run(ptx, arch, ["-v"], timeout)[1])

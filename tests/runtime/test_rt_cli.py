@@ -164,7 +164,7 @@ def test_compile_dump_writes_every_stage(algo_file, tmp_path, monkeypatch, capsy
     out = tmp_path / "dump"
     assert cli.main(["compile", algo_file, "--dump", str(out), "--shape", "M=3,N=4"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["00_algorithm.txt", "01_kernels.txt",
-                                                    "02_ptx.ptx"]
+                                                    "02_ptx.first.ptx"]
     assert "algorithm first" in (out / "00_algorithm.txt").read_text()
 
 

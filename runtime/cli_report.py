@@ -1,0 +1,130 @@
+"""What `plait compile` and `plait run` report beyond the verdict: the stages written one
+file per kernel (`--dump`), ptxas's resource use per kernel, and which path each kernel
+took (tensor cores or generic, and why not tensor cores)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from plait.dsl.errors import PlaitError
+
+PTXAS_TIMEOUT = 120.0     # seconds; PLAIT_PTXAS_TIMEOUT overrides
+
+
+def kernel_paths(graph, schedule, sizes: dict[str, int], aligned: bool, target: str) -> list[str]:
+    """One line per kernel: 'kernel K: tensor cores (wgmma)' or 'kernel K: generic (why)'.
+    Read off the lowering (kernel graph and thread programs); the PTX is not touched."""
+    from plait.lowering import pipeline
+    from plait.lowering.gemm_plan import GemmProgram
+    low = pipeline.lower(graph, schedule, sizes, aligned, target)
+    why_not = dict(low.kernel_graph.generic)
+    contraction = {p.name: p.contraction for p in low.kernel_graph.kernels}
+    lines = []
+    for t in low.threads:
+        if isinstance(t, GemmProgram):
+            lines.append(f"kernel {t.name}: tensor cores ({t.instruction})")
+        elif t.name in why_not:
+            lines.append(f"kernel {t.name}: generic ({why_not[t.name]})")
+        elif contraction.get(t.name):
+            lines.append(f"kernel {t.name}: generic ({target} has no tensor-core instruction "
+                         "plait uses)")
+        else:
+            lines.append(f"kernel {t.name}: generic (no contraction)")
+    return lines
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
+
+
+def dump(folder: str, graph, schedule, sizes: dict[str, int], target: str) -> list[str]:
+    """Write every stage; llir and PTX one file per kernel (`05_ptx.<kernel>.ptx`), so each
+    .ptx is a whole module that ptxas assembles as written. The written paths."""
+    from plait.lowering import pipeline
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, ".plait-write-test")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise PlaitError(f"--dump: cannot write to {folder}: {e.strerror or e}") from None
+    stages = pipeline.dump_stages(graph, schedule, sizes, aligned=True, target=target)
+    per_kernel = _per_kernel_modules(graph, schedule, sizes, target)
+    paths = []
+    for i, (stage, text) in enumerate(stages.items()):
+        if stage in ("llir", "ptx"):
+            ext = "ll" if stage == "llir" else "ptx"
+            for name, module in per_kernel[stage]:
+                paths.append(_write(folder, f"{i:02d}_{stage}.{_safe(name)}.{ext}", module))
+            continue
+        paths.append(_write(folder, f"{i:02d}_{stage}.{'ptx' if stage == 'ptx' else 'txt'}",
+                            text))
+    return paths
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    path = os.path.join(folder, name)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise PlaitError(f"--dump: cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def _per_kernel_modules(graph, schedule, sizes, target) -> dict:
+    """{'llir': [(kernel, module)], 'ptx': [...]}, as dump_stages makes them but not joined."""
+    from plait.lowering import pipeline
+    from plait.lowering.gemm_plan import GemmProgram
+    from plait.lowering.llvm_backend import emit_llvm_ir, llvm_to_ptx
+    low = pipeline.lower(graph, schedule, sizes, True, target)
+    out: dict[str, list] = {"llir": [], "ptx": []}
+    for t in low.threads:
+        entry = pipeline.entry_name(t.name)
+        if isinstance(t, GemmProgram):
+            backend = pipeline.gemm_backend(t)
+            ir = backend.emit_gemm_llvm_ir(t, entry)
+            ptx = backend.gemm_ptx(ir, t, entry)
+        else:
+            ir = emit_llvm_ir(t, entry, target)
+            ptx = llvm_to_ptx(ir, target)
+        out["llir"].append((t.name, ir))
+        out["ptx"].append((t.name, ptx))
+    return out
+
+
+def ptxas_timeout() -> float:
+    text = os.environ.get("PLAIT_PTXAS_TIMEOUT")
+    if not text:
+        return PTXAS_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        raise PlaitError(f"PLAIT_PTXAS_TIMEOUT={text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise PlaitError(f"PLAIT_PTXAS_TIMEOUT={text!r} must be positive")
+    return value
+
+
+def ptxas_lines(program, target: str) -> list[str]:
+    """Per kernel, ptxas -v's registers, spills and shared memory; [] without ptxas."""
+    from . import ptxas
+    if ptxas.find_ptxas() is None:
+        return ["ptxas not found: resource use not checked"]
+    limit = ptxas_timeout()
+    lines = []
+    for k in program.kernels:
+        try:
+            usage = ptxas.resource_usage(k.ptx, k.target, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise PlaitError(f"ptxas took longer than {limit:g} s on kernel {k.name} "
+                             "(set PLAIT_PTXAS_TIMEOUT to allow more)") from None
+        u = usage.get(k.entry)
+        if u is None:
+            lines.append(f"ptxas {k.name}: no resource report for {k.entry}")
+            continue
+        lines.append(f"ptxas {k.name}: {u.registers} registers, spills {u.spill_stores} B "
+                     f"stores / {u.spill_loads} B loads, shared {u.shared_bytes} B static"
+                     f"{f' + {k.dynamic_shared} B dynamic' if k.dynamic_shared else ''}")
+    return lines
