@@ -30,8 +30,8 @@ def _common(p: argparse.ArgumentParser, shapes: bool = True) -> None:
     if shapes:
         p.add_argument("--schedule", help="schedule file (YAML or .py) or folder to search")
         p.add_argument("--shape", default="", metavar="AXIS=N,...", help="axis extents")
-        p.add_argument("--dtype", help="storage dtype of every input (else the schedule's, "
-                       "else fp32)")
+        p.add_argument("--dtype", help="storage dtype of every input that declares none (else "
+                       "the schedule's, else bf16 for a contraction, fp32 otherwise)")
         p.add_argument("--scalar", default="", metavar="NAME=V,...", help="scalar arguments")
 
 
@@ -60,20 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dtypes(algo, args, schedule) -> dict:
     """Storage dtype per tensor argument: a declared dtype (Tensor["M", "bf16"]) is kept;
-    otherwise --dtype, else the schedule's policy, else fp32."""
+    otherwise --dtype, else the schedule's policy, else the algorithm's natural default:
+    bf16 where it has a contraction (what tensor cores take), fp32 elsewhere."""
     from plait.dsl.dtypes import DType, dtype_of
+    from plait.lowering.contraction import find_contractions
     out = {}
     try:
         forced = dtype_of(args.dtype) if args.dtype else None
     except ValueError as e:
         raise PlaitError(f"--dtype: {e}") from None
+    natural = DType.BF16 if find_contractions(algo.graph()) else DType.FP32
     for p in algo.tensor_params:
-        if forced is not None and p.dtype is None:
+        if p.dtype is not None:
+            out[p.name] = p.dtype
+        elif forced is not None:
             out[p.name] = forced
         elif schedule is not None and schedule.dtypes.storage_of(p.name) is not None:
             out[p.name] = schedule.dtypes.storage_of(p.name)
         else:
-            out[p.name] = p.dtype or DType.FP32
+            out[p.name] = natural
     return out
 
 

@@ -130,7 +130,7 @@ def test_dump_writes_one_ptx_module_per_kernel(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PLAIT_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "dump"
     assert cli.main(["compile", str(ROOT / "examples" / "matmul.py"), "--dump", str(out),
-                     "--shape", "M=64,N=64,K=256"]) == 0
+                     "--shape", "M=64,N=64,K=256", "--dtype", "fp32"]) == 0
     ptx = sorted(p.name for p in out.glob("*.ptx"))
     assert ptx == ["05_ptx.matmul.ptx", "05_ptx.matmul_finish.ptx"]
     assert sorted(p.name for p in out.glob("*.ll")) == ["04_llir.matmul.ll",
@@ -158,3 +158,23 @@ def test_ptxas_time_limit(tmp_path, monkeypatch):
     monkeypatch.setenv("PLAIT_PTXAS_TIMEOUT", "soon")
     with pytest.raises(PlaitError, match="PLAIT_PTXAS_TIMEOUT"):
         cli_report.ptxas_timeout()
+
+
+def test_examples_run_in_the_dtype_they_are_written_for(capsys):
+    """matmul_fp8 declares e4m3 operands; an undeclared contraction defaults to bf16
+    (what tensor cores take), a memory-bound algorithm to fp32; --dtype overrides only
+    the undeclared."""
+    from plait.dsl.dtypes import DType
+    from plait.runtime.cli import _dtypes, build_parser
+    from plait.runtime.loading import load_algorithm
+    parse = build_parser().parse_args
+    for example, dtype_flag, want in (("matmul_fp8", None, DType.FP8_E4M3),
+                                      ("matmul_fp8", "fp32", DType.FP8_E4M3),
+                                      ("matmul", None, DType.BF16),
+                                      ("matmul", "fp16", DType.FP16),
+                                      ("softmax", None, DType.FP32)):
+        argv = ["run", str(ROOT / "examples" / f"{example}.py")]
+        args = parse(argv + (["--dtype", dtype_flag] if dtype_flag else []))
+        algo = load_algorithm(args.file)
+        got = _dtypes(algo, args, None)
+        assert set(got.values()) == {want}, (example, dtype_flag, got)
