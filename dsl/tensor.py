@@ -136,10 +136,17 @@ class Tensor:
                          "plait.dsl.sum(x, over=AXIS)", user_location())
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import ops
         name = getattr(ufunc, "__name__", str(ufunc))
-        raise PlaitError(f"numpy's np.{name} cannot run on a traced tensor: use plait.dsl's "
-                         f"functions, e.g. plait.dsl.{name}(x) where plait has it "
-                         "(exp, log, sqrt, tanh, maximum, ...)", user_location())
+        if any(not isinstance(i, Tensor) for i in inputs):  # e.g. np.float32(2) * x
+            hint = ("numpy arrays and numpy scalars do not mix with traced tensors; pass "
+                    "arrays as arguments, and numbers as Python floats (float(v))")
+        elif hasattr(ops, name):
+            hint = f"use plait.dsl's functions: plait.dsl.{name}(x)"
+        else:
+            hint = "use plait.dsl's functions (exp, log, sqrt, tanh, maximum, where, ...)"
+        raise PlaitError(f"numpy's np.{name} cannot run on a traced tensor: {hint}",
+                         user_location())
 
     def __array_function__(self, func, types, args, kwargs):
         name = getattr(func, "__name__", str(func))

@@ -92,6 +92,9 @@ def test_python_and_numpy_escapes_give_one_located_error(body, expect):
 
 def test_numpy_arrays_still_combine_with_nothing_silently():
     """A numpy array on the left of a tensor is refused too, not broadcast by position."""
-    message = _misuse_error(lambda x: np.ones(3) * x)
-    assert "cannot run on a traced tensor" in message
-    assert exp  # the advice names a function plait really has
+    for body in (lambda x: np.ones(3) * x, lambda x: np.float32(2.0) * x):
+        message = _misuse_error(body)
+        assert "numpy scalars do not mix with traced tensors" in message, message
+    message = _misuse_error(lambda x: np.arctan2(x, x))
+    assert "plait.dsl.arctan2" not in message  # advice names only functions plait has
+    assert "plait.dsl.exp" in _misuse_error(lambda x: np.exp(x)) and exp
