@@ -39,13 +39,30 @@ _MAX_INLINE = 72  # longer single-use expressions get a line of their own
 
 
 def _literal(value) -> str:
+    # Only numbers: the repr of any other object could be arbitrary code.
+    if not isinstance(value, (bool, int, float)):
+        raise PlaitError(f"to_source: cannot write {type(value).__name__} value {value!r} "
+                         "as a literal; plait constants are numbers")
     if isinstance(value, float) and not math.isfinite(value):
         return f'float("{value}")'
     return repr(value)
 
 
+def _q(text) -> str:
+    """A Python string literal for text, double-quoted where that needs no escape."""
+    text = str(text)
+    return repr(text) if '"' in text else '"' + repr(text)[1:-1] + '"'
+
+
+def _identifier(text: str, what: str) -> str:
+    """Names written as Python identifiers are checked, never pasted as given."""
+    if not isinstance(text, str) or not text.isidentifier() or keyword.iskeyword(text):
+        raise PlaitError(f"to_source: {what} {text!r} is not a Python identifier")
+    return text
+
+
 def _quote_axes(axes) -> str:
-    return ", ".join(f'"{a}"' for a in axes)
+    return ", ".join(_q(a) for a in axes)
 
 
 class _Printer:
@@ -87,12 +104,12 @@ class _Printer:
     def spell(self, n: Node) -> tuple[str, int]:
         ops = [self.operand(i, n) for i in n.inputs]
         if n.op in ("input", "param"):
-            return n.attr("name"), _ATOM
+            return _identifier(n.attr("name"), "argument name"), _ATOM
         if n.op == "const":
-            return f'cast({_literal(n.attr("value"))}, "{n.dtype}")', _ATOM
+            return f'cast({_literal(n.attr("value"))}, {_q(n.dtype)})', _ATOM
         if n.op == "size":
-            dt = "" if n.dtype == DType.FP32 else f', "{n.dtype}"'
-            return f'size("{n.attr("axis")}"{dt})', _ATOM
+            dt = "" if n.dtype == DType.FP32 else f", {_q(n.dtype)}"
+            return f'size({_q(n.attr("axis"))}{dt})', _ATOM
         if n.op in _INFIX:
             sym, prec = _INFIX[n.op]
             # Python groups a - b - c as (a - b) - c: a right operand of equal
@@ -104,20 +121,20 @@ class _Printer:
         if n.op in _CALL:
             return f"{n.op}({', '.join(o[0] for o in ops)})", _ATOM
         if n.op == "cast":
-            return f'cast({ops[0][0]}, "{n.dtype}")', _ATOM
+            return f'cast({ops[0][0]}, {_q(n.dtype)})', _ATOM
         if n.op in ("sum", "max", "min"):
-            return f'{n.op}({ops[0][0]}, over="{n.attr("axis")}")', _ATOM
+            return f'{n.op}({ops[0][0]}, over={_q(n.attr("axis"))})', _ATOM
         if n.op == "broadcast":
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
         if n.op == "name":
-            return f'name({ops[0][0]}, "{n.attr("name")}")', _ATOM
+            return f'name({ops[0][0]}, {_q(n.attr("name"))})', _ATOM
         if n.op == "permute":
             return f'permute({ops[0][0]}, {_quote_axes(n.axes)})', _ATOM
         raise PlaitError(f"to_source: no DSL spelling for op {n.op!r}", n.loc)
 
     def variable(self, n: Node) -> str:
         hint = n.attr("name") if n.op == "name" else None
-        if hint and hint not in self.taken:
+        if hint and isinstance(hint, str) and hint.isidentifier() and hint not in self.taken:
             name = hint
         else:
             name = next(v for v in self.fresh if v not in self.taken)
@@ -136,7 +153,7 @@ class _Printer:
                 var = self.variable(n)
                 self.lines.append(f"{var} = {text}")
                 self.expr[n.uid] = (var, _ATOM)
-        outs = ", ".join(f'"{k}": {self.expr[v.uid][0]}' for k, v in self.graph.outputs.items())
+        outs = ", ".join(f'{_q(k)}: {self.expr[v.uid][0]}' for k, v in self.graph.outputs.items())
         return self.lines + [f"return {{{outs}}}"]
 
 
@@ -144,6 +161,7 @@ def _signature(graph: AlgorithmGraph, declared: dict) -> list[str]:
     dtypes = graph.input_dtypes()
     args, defaulted = [], False
     for p in graph.params:
+        _identifier(p.name, "argument name")
         if p.is_tensor:
             dt = dtypes.get(p.name, p.dtype or DType.FP32)
             pin = declared.get(p.name) is not None or dt != DType.FP32
@@ -172,7 +190,7 @@ def to_source(obj, dtypes: dict | None = None) -> str:
     fname = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in graph.name)
     if not fname.isidentifier() or keyword.iskeyword(fname):
         fname = f"algorithm_{fname}"
-    deco = "@algorithm" if fname == graph.name else f'@algorithm(name="{graph.name}")'
+    deco = "@algorithm" if fname == graph.name else f"@algorithm(name={_q(graph.name)})"
     head = f"def {fname}("
     args = _signature(graph, declared)
     sig = head + ", ".join(args) + "):"

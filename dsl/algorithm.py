@@ -73,6 +73,12 @@ class Algorithm:
         unknown = set(dtypes) - {p.name for p in self.params}
         if unknown:
             raise PlaitError(f"{self.name} has no argument {sorted(unknown)[0]!r}")
+        for p in self.tensor_params:  # a declared dtype is a contract, not a default
+            given = dtypes.get(p.name)
+            if given is not None and p.dtype is not None and dtype_of(given) != p.dtype:
+                raise PlaitError(f"{self.name}: argument {p.name!r} is declared {p.dtype} "
+                                 f"but was given {dtype_of(given)}; convert it to {p.dtype} "
+                                 "first", self.loc)
         resolved = tuple(
             (p.name, dtype_of(dtypes.get(p.name) or p.dtype or DType.FP32))
             for p in self.params if p.is_tensor)

@@ -79,8 +79,14 @@ def evaluate(graph: AlgorithmGraph, inputs: dict, *,
             if values[p.name] is None:
                 raise PlaitError(f"{graph.name}: missing scalar argument {p.name!r}")
     ctx = EvalContext(values, sizes, round=rounding is not None)
+    plans, absorbed = _contractions(graph, rounding)
     for node in graph.nodes:
-        ctx.values[node.uid] = _eval_node(node, ctx, rounding)
+        if node.uid in absorbed:
+            continue  # a product only its contraction reads: never materialised
+        if node.uid in plans:
+            ctx.values[node.uid] = _finish(node, _contract(node, plans[node.uid], ctx), rounding)
+        else:
+            ctx.values[node.uid] = _eval_node(node, ctx, rounding)
     return {name: np.asarray(ctx.values[n.uid]) for name, n in graph.outputs.items()}
 
 
@@ -93,6 +99,10 @@ def _eval_node(node: Node, ctx: EvalContext, rounding):
     if opdef.kind == "elementwise":
         shape = tuple(ctx.sizes[a] for a in node.axes)
         value = np.broadcast_to(value, np.broadcast_shapes(np.shape(value), shape))
+    return _finish(node, value, rounding)
+
+
+def _finish(node: Node, value, rounding):
     if rounding is not None:
         dtype = rounding(node)
         if dtype is not None and node.dtype != DType.BOOL:
@@ -100,3 +110,61 @@ def _eval_node(node: Node, ctx: EvalContext, rounding):
     elif node.dtype.is_float:
         value = np.asarray(value, np.float64)
     return value
+
+
+# ---- contractions: sum over axes of a product, evaluated by einsum
+#
+# Evaluated node by node, sum(a * b, over="K") of an [M, K] and a [K, N] tensor
+# would hold the whole [M, K, N] product (a 2048x1024x2048 matmul: 32 GiB).
+# np.einsum gives the same float64 sums with memory of the order of inputs and
+# outputs. Under `rounding`, a product or partial sum that is rounded per element
+# keeps the node-by-node path: einsum never holds those rounded values.
+
+
+def _contractions(graph: AlgorithmGraph, rounding):
+    """{uid of the outermost sum: (reduced axes, factor nodes)} and the uids it absorbs."""
+    users = graph.users()
+    outputs = {n.uid for n in graph.outputs.values()}
+
+    def private(n: Node) -> bool:  # read only by the one node above it, kept unrounded
+        return (len(users[n.uid]) == 1 and n.uid not in outputs and n.dtype.is_float
+                and (rounding is None or rounding(n) is None))
+
+    plans: dict[int, tuple[tuple[str, ...], list[Node]]] = {}
+    absorbed: set[int] = set()
+    for top in reversed(graph.nodes):
+        if top.op != "sum" or top.uid in absorbed or not top.dtype.is_float:
+            continue
+        chain, body = [top], top.inputs[0]
+        while body.op == "sum" and private(body):
+            chain.append(body)
+            body = body.inputs[0]
+        if body.op != "mul" or not private(body):
+            continue
+        factors, inner = [], []
+
+        def collect(n: Node):
+            for i in n.inputs:
+                if i.op == "mul" and private(i):
+                    inner.append(i)
+                    collect(i)
+                else:
+                    factors.append(i)
+        collect(body)
+        plans[top.uid] = (tuple(n.attr("axis") for n in chain), factors)
+        absorbed.update(n.uid for n in chain[1:] + [body] + inner)
+    return plans, absorbed
+
+
+def _contract(node: Node, plan, ctx: EvalContext):
+    _, factors = plan
+    letters: dict[str, str] = {}
+    for f in factors:
+        for a in f.axes:
+            letters.setdefault(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[
+                len(letters)])
+    operands = [np.broadcast_to(np.asarray(ctx.values[f.uid], np.float64),
+                                tuple(ctx.sizes[a] for a in f.axes)) for f in factors]
+    spec = ",".join("".join(letters[a] for a in f.axes) for f in factors)
+    spec += "->" + "".join(letters[a] for a in node.axes)
+    return np.einsum(spec, *operands, optimize=True)  # pairwise BLAS contractions

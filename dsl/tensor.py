@@ -8,9 +8,11 @@ union of the operands' axes in the algorithm's canonical axis order.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import re
 import threading
 
-from .dtypes import DType, dtype_of, promote, promote_weak
+from .dtypes import NAMES, DType, dtype_of, promote, promote_weak
 from .errors import PlaitError, user_location
 from .node import OPS, Node, make_attrs
 
@@ -74,6 +76,12 @@ class Tensor:
         for a in items:
             if not isinstance(a, str) or not a.isidentifier():
                 raise PlaitError(f"axis names must be identifiers, got {a!r}", user_location())
+            if _is_dtype_name(a):
+                raise PlaitError(f"dtype {a!r} must come last in Tensor[...]", user_location())
+            if _looks_like_dtype(a):  # a typo'd dtype would silently become an extra axis
+                raise PlaitError(f"axis name {a!r} looks like a dtype, but plait has no dtype "
+                                 f"{a!r}; the dtypes are {', '.join(NAMES)} (last in "
+                                 "Tensor[...]); rename the axis if it is one", user_location())
         if len(set(items)) != len(items):
             raise PlaitError(f"repeated axis in Tensor{list(items)}", user_location())
         return TensorSpec(tuple(items), dtype)
@@ -91,12 +99,59 @@ class Tensor:
         return f"Tensor({self.dtype}[{', '.join(self.axes)}])"
 
     def __bool__(self):
-        raise PlaitError("a traced tensor has no truth value: Python `if`/`while` on tensor "
-                         "values is not traceable; use where(cond, a, b)", user_location())
+        raise PlaitError("a traced tensor has no truth value (bool(x), `if x:`, `while x:`, "
+                         "`and`/`or`): Python control flow on tensor values is not traceable; "
+                         "use plait.dsl.where(cond, a, b) or logical_and/logical_or",
+                         user_location())
 
     def __iter__(self):
-        raise PlaitError("a traced tensor cannot be iterated; index by axis names instead",
+        raise PlaitError("a traced tensor cannot be iterated: plait has no indexing or "
+                         "slicing yet; reduce with sum(x, over=AXIS) or max(x, over=AXIS)",
                          user_location())
+
+    # Python and numpy conversions would escape the trace; each names what to write.
+    def __getitem__(self, item):
+        raise PlaitError(f"a traced tensor cannot be indexed (x[{item!r}]): plait has no "
+                         "indexing or slicing yet; write the computation over whole axes "
+                         "(reductions take over=AXIS)", user_location())
+
+    def __float__(self):
+        raise PlaitError("a traced tensor has no Python float value (float(x), math.exp(x), "
+                         "...): use plait.dsl's functions, e.g. plait.dsl.exp(x), "
+                         "plait.dsl.sqrt(x), and plait.dsl.cast(x, 'fp32') to convert",
+                         user_location())
+
+    def __int__(self):
+        raise PlaitError("a traced tensor has no Python int value (int(x)): use "
+                         "plait.dsl.cast(x, 'int32')", user_location())
+
+    __index__ = __int__
+
+    def __complex__(self):
+        raise PlaitError("a traced tensor has no Python complex value", user_location())
+
+    def __array__(self, *args, **kwargs):
+        raise PlaitError("a traced tensor is not a numpy array (np.asarray(x), np.exp(x), "
+                         "...): use plait.dsl's functions, e.g. plait.dsl.exp(x), "
+                         "plait.dsl.sum(x, over=AXIS)", user_location())
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import ops
+        name = getattr(ufunc, "__name__", str(ufunc))
+        if any(not isinstance(i, Tensor) for i in inputs):  # e.g. np.float32(2) * x
+            hint = ("numpy arrays and numpy scalars do not mix with traced tensors; pass "
+                    "arrays as arguments, and numbers as Python floats (float(v))")
+        elif hasattr(ops, name):
+            hint = f"use plait.dsl's functions: plait.dsl.{name}(x)"
+        else:
+            hint = "use plait.dsl's functions (exp, log, sqrt, tanh, maximum, where, ...)"
+        raise PlaitError(f"numpy's np.{name} cannot run on a traced tensor: {hint}",
+                         user_location())
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = getattr(func, "__name__", str(func))
+        raise PlaitError(f"numpy's np.{name} cannot run on a traced tensor: use plait.dsl's "
+                         "functions (sum(x, over=AXIS), where, maximum, ...)", user_location())
 
     def __len__(self):
         raise PlaitError("len() of a traced tensor is unknown at trace time; use size(axis)",
@@ -129,6 +184,17 @@ class Tensor:
     def __matmul__(self, other):
         raise PlaitError("`@` needs a contraction axis; write sum(a * b, over=AXIS)",
                          user_location())
+
+
+_DTYPE_PATTERN = re.compile(r"(bf|fp|int|uint|float|bfloat)\d+(_\w*)?|bfloat|e\dm\d(fn)?",
+                            re.IGNORECASE)
+
+
+def _looks_like_dtype(text: str) -> bool:
+    """Near a dtype name (difflib) or shaped like one (bf17, fp6, int12, float128)."""
+    if _DTYPE_PATTERN.fullmatch(text):
+        return True
+    return bool(difflib.get_close_matches(text.lower(), NAMES, n=1, cutoff=0.8))
 
 
 def _is_dtype_name(text: str) -> bool:
