@@ -112,3 +112,13 @@ def test_permuted_output_is_written_in_that_order():
     out = emulate(transposed.graph({"x": DType.BF16}), None, sizes, {"x": x}, {})["out"]
     assert out.shape == (7, 5)
     np.testing.assert_array_equal(out.astype(np.float32), (x.astype(np.float32) * 2).T)
+
+
+def test_storage_order_survives_source_round_trip():
+    """The derived source says permute(...), and from_source traces it back to [N, K]."""
+    from plait.autodiff import to_source
+    from plait.autodiff.source import from_source
+    src = to_source(grad(linear))
+    assert 'permute(' in src and '"N", "K"' in src
+    again = from_source(src).graph()
+    assert again.outputs["dw"].axes == ("N", "K")
