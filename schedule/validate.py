@@ -29,6 +29,7 @@ MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
 MAX_TILE = 2**31 - 1       # indices and tile constants are 32-bit in the generated code
 MAX_OCCUPANCY = 32         # blocks per SM on every target plait compiles for
 MAX_PREFETCH = 4
+STAGES = (".finish", ".then")   # kernels a split reduction adds after the named one
 _TARGET = re.compile(r"sm_\d+a?$")
 
 
@@ -132,11 +133,25 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
                       graph.name)
 
 
-def _check_kernel_names(p: Problems, schedule: Schedule, names: list[str]) -> None:
+def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
+    """Raise ScheduleError for a `kernels:` key that names none of `kernel_names` (the
+    kernels the algorithm was cut into), full ('layernorm.bwd.dw') or short ('dw').
+
+    A split reduction's second stages (`<kernel>.finish`, `<kernel>.then`) count as
+    kernels even at sizes where the reduction is not split: the key stays meaningful.
+    """
+    p = Problems(schedule.source, schedule.lines)
+    _check_kernel_names(p, schedule, list(kernel_names))
+    p.raise_if_any()
+
+
+def _check_kernel_names(p: Problems, schedule: Schedule, real: list[str]) -> None:
+    names = set(real) | {n + stage for n in real for stage in STAGES}
     prefix = schedule.algorithm + "."
-    short = [n[len(prefix):] for n in names if n.startswith(prefix)]
+    short = {n[len(prefix):] for n in names if n.startswith(prefix)}
     for key, _ in schedule.kernels:
         if key not in names and key not in short:
-            p.unknown(f"kernels.{key}", key, short + [n for n in names if not n.startswith(prefix)],
-                      "kernel")
+            # Listed and suggested: the kernels that exist, not the stages added above.
+            shown = [n[len(prefix):] if n.startswith(prefix) else n for n in real]
+            p.unknown(f"kernels.{key}", key, shown, "kernel")
 
