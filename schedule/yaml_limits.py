@@ -9,7 +9,7 @@ document expanded must stay small, shallow and free of cycles.
     >>> check_expansion(yaml.compose("save: &a [*a]"), "s.yaml")
     Traceback (most recent call last):
     ...
-    plait.schedule.errors.ScheduleError: s.yaml:1: save: an alias (*name) refers to a value that contains itself
+    plait.schedule.errors.ScheduleError: s.yaml:1: save.0: an alias (*name) refers to a value that contains itself
 """
 from __future__ import annotations
 
