@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from .contraction import check_contraction_values
 from .errors import Problems, in_range
 from .model import KernelSchedule, Schedule
+from .schema import MAX_PREFETCH
 
 REDUCTIONS = ("two_stage", "atomic")
 VECTORS = (1, 2, 4, 8, 16)
@@ -28,7 +29,6 @@ MAX_BLOCK_AXES = 2
 MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
 MAX_TILE = 2**31 - 1       # indices and tile constants are 32-bit in the generated code
 MAX_OCCUPANCY = 32         # blocks per SM on every target plait compiles for
-MAX_PREFETCH = 4
 STAGES = (".finish", ".then")   # kernels a split reduction adds after the named one
 _TARGET = re.compile(r"sm_\d+a?$")
 
