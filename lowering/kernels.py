@@ -19,6 +19,7 @@ from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import Node, make_attrs, topo_order
 from plait.schedule.default import default_kernel_schedule
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
+from plait.schedule.validate import check_kernel_keys
 
 from .artifact import Buffer
 from .contraction import find_contractions, is_contraction
@@ -153,6 +154,8 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     for group in groups.values():
         name = _kernel_name(graph, group, len(groups) + len(staged))
         planner.plan(name, {o: outputs[o] for o in group})
+    if schedule is not None:   # a `kernels:` key naming no kernel would be ignored silently
+        check_kernel_keys(schedule, [k.name for k in planner.kernels])
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
                        tuple(buffers + planner.temps), tuple(planner.derived),
                        tuple(find_contractions(graph)), tuple(sorted(generic.items())))

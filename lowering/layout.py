@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
 from plait.schedule.model import AxisBlock, KernelSchedule
+from plait.schedule.thread_load import check_thread_load
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,12 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
                          f"(schedule block: {ks.to_dict().get('block')})")
     if ks.warps is not None and ks.warps * 32 != threads:
         raise PlaitError(f"kernel {name}: warps {ks.warps} disagrees with {threads} threads")
+    # Elements per thread over all axes, and the rows a walking block prefetches into
+    # registers (prefetch_into: shared keeps them out of registers).
+    held = {m.axis: m.reps * m.vector for m in maps.values()}
+    ahead = 1 if ks.prefetch is None else ks.prefetch
+    check_thread_load(name, {a: held[a] for a in axes if a in held},
+                      1 + ahead if loop is not None and ks.prefetch_into != "shared" else 1)
     gridded = tuple((a, grid[a]) for a in axes if a in grid)
     row = maps.get(row_candidates[0]) if row_candidates else None
     if ks.occupancy is not None and ks.occupancy * threads > 2048:

@@ -21,6 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 INSTRUCTIONS = ("wgmma", "mma_sync")
+# The values a schedule may give (what the target takes is the lowering's check).
+# Tensor-core tiles are at most 256 along M and N; K tiles a few swizzle rows.
+RANGES = {"tile": (1, 1024), "stages": (1, 16), "warpgroups": (1, 4), "raster": (1, 64),
+          "split_k": (1, 256)}
 KEYS = ("tile", "stages", "warpgroups", "raster", "instruction", "persistent", "split_k",
         "tf32")
 
@@ -100,3 +104,14 @@ def check_contraction(p, path: str, d) -> None:
     for key in ("tf32", "persistent"):
         if d.get(key) is not None and not isinstance(d[key], bool):
             p.add(f"{path}.{key}", f"must be true or false, not {_kind(d[key])}")
+
+
+def check_contraction_values(p, path: str, cs: ContractionSchedule) -> None:
+    """Every integer of a contraction schedule within RANGES."""
+    from .errors import in_range
+    lo, hi = RANGES["tile"]
+    for axis, size in cs.tile:
+        in_range(p, f"{path}.tile.{axis}", size, lo, hi, "a contraction tile")
+    for key in ("stages", "warpgroups", "raster", "split_k"):
+        if getattr(cs, key) is not None:
+            in_range(p, f"{path}.{key}", getattr(cs, key), *RANGES[key], key)

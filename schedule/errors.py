@@ -104,3 +104,20 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.messages:
             raise ScheduleError(self.messages)
+
+
+def in_range(p: Problems, path: str, value, lo: int, hi: int, what: str,
+             why: str = "") -> bool:
+    """True when `value` is an integer (not a bool) in lo..hi; else the problem is noted.
+
+    Checked on the model, not the YAML: a Schedule built in Python passes here too, and
+    a value past 32 bits would otherwise be truncated silently in the generated code.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        p.add(path, f"{what} must be an integer, not {type(value).__name__} {value!r}")
+        return False
+    if value < lo:
+        p.add(path, f"{what} is at least {lo}, not {value}")
+    elif value > hi:
+        p.add(path, f"{what} is at most {hi}{' (' + why + ')' if why else ''}, not {value}")
+    return lo <= value <= hi

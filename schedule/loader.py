@@ -14,9 +14,12 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .errors import Problems, ScheduleError
+from .yaml_limits import check_expansion
 from .model import Schedule
 
 
+_BAD = object()    # a value that could not be read (the problem is noted)
+_PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _loaded: dict[tuple, Schedule] = {}   # (path, mtime_ns, size) -> Schedule
 
 
@@ -33,9 +36,19 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
         if path.endswith(".py"):
             _loaded[key] = _load_python(path)
         else:
-            with open(path, encoding="utf-8") as f:
-                _loaded[key] = parse_schedule(f.read(), source=path)
+            with open(path, "rb") as f:
+                _loaded[key] = parse_schedule(_decode(f.read(), path), source=path)
     return _loaded[key]
+
+
+def _decode(raw: bytes, source: str) -> str:
+    """The file's text; a byte that is not UTF-8 is a ScheduleError at its line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ScheduleError(f"{source}:{line}: not UTF-8 text: byte "
+                            f"0x{raw[e.start]:02x} cannot be decoded") from None
 
 
 def parse_schedule(text: str, source: str = "<string>") -> Schedule:
@@ -52,10 +65,17 @@ def read_yaml(text: str, source: str = "<string>") -> tuple[object, dict[str, in
         mark = e.problem_mark or e.context_mark
         line = f"{mark.line + 1}" if mark is not None else "?"
         raise ScheduleError(f"{source}:{line}: not valid YAML: {e.problem or e}") from None
+    except yaml.reader.ReaderError as e:   # a NUL or other control character
+        line = text[:e.position].count("\n") + 1
+        raise ScheduleError(f"{source}:{line}: not valid YAML: character "
+                            f"#x{e.character:04x} is not allowed in a YAML file") from None
+    except RecursionError:
+        raise ScheduleError(f"{source}:1: not valid YAML: nested too deeply") from None
     if root is None:
         raise ScheduleError(f"{source}:1: the file is empty; a schedule needs at least "
                             "'algorithm: NAME'")
-    walker = _Walker(source)
+    own = check_expansion(root, source)
+    walker = _Walker(source, own)
     lines = {"": _line(root)}
     data = walker.value(root, "", lines)
     walker.problems.raise_if_any()
@@ -65,13 +85,28 @@ def read_yaml(text: str, source: str = "<string>") -> tuple[object, dict[str, in
 class _Walker:
     """Builds plain data from composed YAML nodes, noting where each key sits."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, own: dict[int, set[int]]):
         self.constructor = SafeConstructor()
         self.problems = Problems(source)
+        self.own = own    # mapping node -> its own key nodes, taken before any merge
+
+    def scalar(self, node, path: str):
+        try:
+            return self.constructor.construct_object(node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+            # An unknown tag ('!custom'), or a value its tag cannot read ('!!int x').
+            why = getattr(e, "problem", None) or str(e)
+            self.problems.add(path, f"cannot read this value: {why}", line=_line(node))
+            return _BAD
 
     def value(self, node, path: str, lines: dict[str, int]):
+        if isinstance(node, (MappingNode, SequenceNode)) and node.tag not in _PLAIN:
+            # A tag on a mapping or list ('!custom {...}', '!!set') would be dropped silently.
+            self.problems.add(path, f"unknown YAML tag {node.tag!r}; a schedule holds plain "
+                              "mappings, lists and values", line=_line(node))
+            return None
         if isinstance(node, MappingNode):
-            own = {id(k) for k, _ in node.value}
+            own = self.own[id(node)]
             self.constructor.flatten_mapping(node)  # resolve '<<: *anchor' merges
             out: dict = {}
             merged: set = set()  # keys from a merge, which the mapping's own keys override
@@ -79,7 +114,9 @@ class _Walker:
                 if not isinstance(key_node, ScalarNode):
                     self.problems.add(path, "a key must be a plain name", line=_line(key_node))
                     continue
-                key = self.constructor.construct_object(key_node)
+                key = self.scalar(key_node, path)
+                if key is _BAD:
+                    continue
                 sub = f"{path}.{key}" if path else str(key)
                 if key in out and key not in merged:
                     self.problems.add(sub, f"key {key!r} given twice", line=_line(key_node))
@@ -97,7 +134,10 @@ class _Walker:
                 lines[f"{path}.{i}"] = _line(item)
                 items.append(self.value(item, f"{path}.{i}", lines))
             return items
-        return self.constructor.construct_object(node)
+        if not isinstance(node, ScalarNode):
+            self.problems.add(path, "not a value a schedule holds", line=_line(node))
+            return None
+        return self.scalar(node, path)
 
 
 def _line(node) -> int:

@@ -18,13 +18,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .errors import Problems
+from .contraction import check_contraction_values
+from .errors import Problems, in_range
 from .model import KernelSchedule, Schedule
+from .schema import MAX_PREFETCH
 
 REDUCTIONS = ("two_stage", "atomic")
 VECTORS = (1, 2, 4, 8, 16)
 MAX_BLOCK_AXES = 2
 MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
+MAX_TILE = 2**31 - 1       # indices and tile constants are 32-bit in the generated code
+MAX_OCCUPANCY = 32         # blocks per SM on every target plait compiles for
+STAGES = (".finish", ".then")   # kernels a split reduction adds after the named one
 _TARGET = re.compile(r"sm_\d+a?$")
 
 
@@ -55,32 +60,46 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
 
 
 def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSchedule) -> None:
-    if own.occupancy is not None and not 1 <= own.occupancy <= 32:
-        p.add(prefix + "occupancy", f"blocks per SM is between 1 and 32, not {own.occupancy}")
+    if own.occupancy is not None:
+        in_range(p, prefix + "occupancy", own.occupancy, 1, MAX_OCCUPANCY, "blocks per SM")
+    if own.warps is not None:
+        in_range(p, prefix + "warps", own.warps, 1, MAX_THREADS // WARP, "warps")
+    if own.prefetch is not None:
+        in_range(p, prefix + "prefetch", own.prefetch, 0, MAX_PREFETCH, "prefetch")
     for axis, tile in own.grid:
-        if tile != "wave" and tile < 1:
-            p.add(f"{prefix}grid.{axis}", f"a grid tile is at least 1, not {tile}")
+        if tile != "wave":
+            in_range(p, f"{prefix}grid.{axis}", tile, 1, MAX_TILE, "a grid tile",
+                     "indices are 32-bit")
+    if own.contraction is not None:
+        check_contraction_values(p, prefix + "contraction", own.contraction)
     if len(own.block) > MAX_BLOCK_AXES:
         p.add(prefix + "block", f"a block spreads over at most {MAX_BLOCK_AXES} axes "
               f"(a row axis and the innermost one), not {len(own.block)}")
     for axis, ab in own.block:
-        if ab.threads < 1 or ab.threads & (ab.threads - 1):
+        if in_range(p, f"{prefix}block.{axis}.threads", ab.threads, 1, MAX_THREADS,
+                    "threads per axis") and ab.threads & (ab.threads - 1):
             p.add(f"{prefix}block.{axis}.threads",
                   f"threads per axis is a power of two, not {ab.threads}")
-        if ab.vector not in VECTORS:
+        if isinstance(ab.vector, bool) or ab.vector not in VECTORS:
             p.add(f"{prefix}block.{axis}.vector",
                   f"vector is one of {', '.join(map(str, VECTORS))}, not {ab.vector}")
-    if own.block and not (MIN_THREADS <= own.threads <= MAX_THREADS
-                          and own.threads % WARP == 0):
+    whole = all(_is_int(ab.threads) for _, ab in own.block)
+    if own.block and whole and not (MIN_THREADS <= own.threads <= MAX_THREADS
+                                    and own.threads % WARP == 0):
         p.add(prefix + "block", f"a block holds {MIN_THREADS}..{MAX_THREADS} threads in whole "
               f"warps of {WARP}, not {own.threads}")
-    if eff.block and eff.warps is not None and eff.warps * WARP != eff.threads:
+    if eff.block and _is_int(eff.warps) and all(_is_int(ab.threads) for _, ab in eff.block) \
+            and eff.warps * WARP != eff.threads:
         # Point at whichever of the two this kernel itself sets.
         path = prefix + ("warps" if own.warps is not None or not own.block else "block")
         p.add(path, f"warps: {eff.warps} does not match the block's {eff.threads} threads "
               f"({eff.threads / WARP:g} warps)")
     if own.reduction not in REDUCTIONS:
         p.unknown(prefix + "reduction", own.reduction, REDUCTIONS, "reduction")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_dtypes(p: Problems, schedule: Schedule) -> None:
@@ -114,11 +133,25 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
                       graph.name)
 
 
-def _check_kernel_names(p: Problems, schedule: Schedule, names: list[str]) -> None:
+def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
+    """Raise ScheduleError for a `kernels:` key that names none of `kernel_names` (the
+    kernels the algorithm was cut into), full ('layernorm.bwd.dw') or short ('dw').
+
+    A split reduction's second stages (`<kernel>.finish`, `<kernel>.then`) count as
+    kernels even at sizes where the reduction is not split: the key stays meaningful.
+    """
+    p = Problems(schedule.source, schedule.lines)
+    _check_kernel_names(p, schedule, list(kernel_names))
+    p.raise_if_any()
+
+
+def _check_kernel_names(p: Problems, schedule: Schedule, real: list[str]) -> None:
+    names = set(real) | {n + stage for n in real for stage in STAGES}
     prefix = schedule.algorithm + "."
-    short = [n[len(prefix):] for n in names if n.startswith(prefix)]
+    short = {n[len(prefix):] for n in names if n.startswith(prefix)}
     for key, _ in schedule.kernels:
         if key not in names and key not in short:
-            p.unknown(f"kernels.{key}", key, short + [n for n in names if not n.startswith(prefix)],
-                      "kernel")
+            # Listed and suggested: the kernels that exist, not the stages added above.
+            shown = [n[len(prefix):] if n.startswith(prefix) else n for n in real]
+            p.unknown(f"kernels.{key}", key, shown, "kernel")
 

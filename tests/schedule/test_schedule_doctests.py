@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["__init__", "default", "dump", "errors", "loader", "lookup", "schema", "validate"]
+MODULES = ["__init__", "default", "dump", "errors", "loader", "lookup", "schema", "thread_load",
+           "validate", "yaml_limits"]
 
 
 @pytest.mark.parametrize("name", MODULES)
