@@ -16,6 +16,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitWarning
 from plait.dsl.graph import AlgorithmGraph
 from plait.schedule.model import Schedule
+from plait.schedule.validate import validate
 
 from . import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
@@ -51,6 +52,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
     get_target(target)
+    if schedule is not None:   # ranges hold on every path, not only through plait.run
+        validate(schedule)
     policy = resolve(schedule.dtypes if schedule is not None else None)
     tensor_cores = TENSOR_CORE_TARGETS[target].instruction if target in TENSOR_CORE_TARGETS \
         else None
