@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# Lowering a random program takes a good fraction of a second; deadlines would only flake.
-_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+# Lowering a random program takes a good fraction of a second (deadlines would only flake);
+# no example database, so nothing is written into the worktree (failures print a repro blob).
+_common = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.data_too_large])
 settings.register_profile("short", derandomize=True, max_examples=12, print_blob=True, **_common)
 settings.register_profile("long", max_examples=int(os.environ.get("PLAIT_PROPERTY_EXAMPLES", 400)),

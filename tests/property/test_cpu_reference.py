@@ -8,11 +8,12 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from conftest import scaled
-from grammar import (DTYPES, build_chain, build_contraction, chains, contractions,
+from grammar import (DTYPES, build_chain, build_contraction, chain_tolerance, chains,
+                     contractions,
                      make_inputs, sizes_for)
 from plait.dsl import evaluate
 from plait.lowering.pipeline import emulate
-from plait.runtime.tolerance import max_rel_err, tolerance
+from plait.runtime.tolerance import max_rel_err
 
 
 def check_against_reference(algo, sizes, dtype, seed, schedule=None):
@@ -20,7 +21,7 @@ def check_against_reference(algo, sizes, dtype, seed, schedule=None):
     graph = algo.graph({k: dtype for k in inputs})
     out = emulate(graph, schedule, sizes, inputs, {})
     ref = evaluate(graph, inputs)
-    tol = tolerance([dtype])
+    tol = chain_tolerance(dtype)
     for key in graph.outputs:
         assert out[key].shape == ref[key].shape, key
         err = max_rel_err(out[key], ref[key])
