@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from plait.autodiff import check_grads
-from plait.dsl import Tensor, algorithm
+import plait.dsl as D
+from plait.dsl import PlaitError, Tensor, algorithm
+from plait.lowering.pipeline import emulate
+from plait.schedule import Schedule
 
 
 @algorithm
@@ -22,3 +25,30 @@ def test_grad_of_transposed_input_has_its_shape():
     rng = np.random.default_rng(0)
     check_grads(transposed_operand, {"x": rng.standard_normal((2, 3)),
                                      "y": rng.standard_normal((3, 2))}, seed=0)
+
+
+@algorithm
+def rowsum(x: Tensor["M", "N"]):
+    return D.sum(x, over="N")
+
+
+def _run_rowsum(d):
+    x = np.arange(35, dtype=np.float32).reshape(5, 7)
+    schedule = Schedule.from_dict({"algorithm": "rowsum", **d})
+    out = emulate(rowsum.graph(), schedule, {"M": 5, "N": 7}, {"x": x}, {})["out"]
+    np.testing.assert_allclose(out, x.sum(1))
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
+                   reason="schedule: a grid tile of 0 is not refused; the lowering divides by it "
+                          "(ZeroDivisionError in lowering/kernels.py plan / emulate._blocks)")
+def test_grid_tile_zero_is_refused():
+    with pytest.raises(PlaitError):
+        _run_rowsum({"grid": {"M": 0}, "block": {"N": {"threads": 32}}})
+
+
+@pytest.mark.xfail(strict=True, reason="schedule: a negative grid tile is accepted; the program "
+                   "launches grid (('M', -1),) and never writes the output (NaN poison)")
+def test_negative_grid_tile_is_refused():
+    with pytest.raises(PlaitError):
+        _run_rowsum({"grid": {"M": -1}, "block": {"N": {"threads": 32}}})
