@@ -232,10 +232,7 @@ def invalid_schedules(draw, axes):
     elif kind == "vector":
         d["block"][inner]["vector"] = draw(st.sampled_from((0, -1, 3, 16, 1024, "x")))
     elif kind == "grid":
-        # Not 0 or -1: a zero tile raises ZeroDivisionError and a negative one runs without
-        # writing the output (test_regressions.py::test_grid_tile_zero_is_refused,
-        # ::test_negative_grid_tile_is_refused).
-        d["grid"] = {inner: draw(st.sampled_from(("x", 1.5, None)))}
+        d["grid"] = {inner: draw(st.sampled_from((0, -1, "x", 1.5, None)))}
     elif kind == "axis":
         d["block"]["Q"] = {"threads": 32}
     elif kind == "key":

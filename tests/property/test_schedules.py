@@ -9,7 +9,7 @@ from grammar import (DTYPES, axes_of, build_chain, chain_error, chain_tolerance,
                      invalid_schedules, make_inputs, sizes_for, valid_schedules)
 from plait.dsl import PlaitError, evaluate
 from plait.lowering.pipeline import emulate
-from plait.schedule import Schedule
+from plait.schedule import Schedule, validate
 
 
 @st.composite
@@ -25,7 +25,8 @@ def runs_right_or_refuses(structure, sizes, d, dtype, seed):
     inputs = make_inputs(algo, sizes, dtype, seed)
     graph = algo.graph({k: dtype for k in inputs})
     try:
-        schedule = Schedule.from_dict({"algorithm": algo.name, **d})
+        # the path plait.run takes: parse, validate against the graph, then lower
+        schedule = validate(Schedule.from_dict({"algorithm": algo.name, **d}), graph)
         out = emulate(graph, schedule, sizes, inputs, {})
     except PlaitError as e:       # a refusal is allowed, as long as it is a clean one
         note(f"refused: {e}")
