@@ -165,9 +165,11 @@ def sizes_for(params):
 
 
 def make_inputs(algo, sizes, dtype, seed):
+    """Standard normal inputs rounded to `dtype` (one DType, or one per input name)."""
     rng = np.random.default_rng(seed)
+    dt = dtype if isinstance(dtype, dict) else {p.name: dtype for p in algo.tensor_params}
     return {p.name: rng.standard_normal(tuple(sizes[a] for a in p.axes))
-            .astype(np.float32).astype(dtype.numpy) for p in algo.tensor_params}
+            .astype(np.float32).astype(dt[p.name].numpy) for p in algo.tensor_params}
 
 
 def reduced_count(structure, sizes) -> int:
@@ -198,7 +200,7 @@ def chain_tolerance(dtype) -> float:
     two-op kernels, and a random chain of up to five ops compounds the roundings of
     intermediates kept in the storage dtype (exp amplifies them)."""
     from plait.runtime.tolerance import tolerance
-    return 4 * tolerance([dtype])
+    return 4 * tolerance(dtype.values() if isinstance(dtype, dict) else [dtype])
 
 
 POW2 = (32, 64, 128, 256, 512, 1024)

@@ -17,7 +17,7 @@ from plait.runtime.tolerance import max_rel_err
 
 def check_against_reference(algo, sizes, dtype, seed, structure=None):
     inputs = make_inputs(algo, sizes, dtype, seed)
-    graph = algo.graph({k: dtype for k in inputs})
+    graph = algo.graph({k: v.dtype for k, v in inputs.items()})
     out = emulate(graph, None, sizes, inputs, {})
     ref = evaluate(graph, inputs)
     tol = chain_tolerance(dtype)
@@ -53,3 +53,24 @@ def contraction_cases(draw):
 def test_contraction_matches_reference(case, dtype, seed):
     structure, sizes = case
     check_against_reference(build_contraction(structure), sizes, dtype, seed)
+
+
+@st.composite
+def mixed_cases(draw, family):
+    structure = draw(chains() if family == "chain" else contractions())
+    dtypes = {p: draw(st.sampled_from(DTYPES)) for p, _ in structure[0]}
+    return structure, draw(sizes_for(structure[0])), dtypes
+
+
+@settings(max_examples=scaled(10))
+@given(case=mixed_cases("chain"), seed=st.integers(0, 2**16))
+def test_mixed_dtype_chain_matches_reference(case, seed):
+    structure, sizes, dtypes = case
+    check_against_reference(build_chain(structure), sizes, dtypes, seed, structure)
+
+
+@settings(max_examples=scaled(6))
+@given(case=mixed_cases("contraction"), seed=st.integers(0, 2**16))
+def test_mixed_dtype_contraction_matches_reference(case, seed):
+    structure, sizes, dtypes = case
+    check_against_reference(build_contraction(structure), sizes, dtypes, seed)
