@@ -41,7 +41,8 @@ def _unary(op, v):
             "exp": lambda: D.exp(-0.5 * (v * v)),
             "tanh": lambda: D.tanh(v),
             "sigmoid": lambda: D.sigmoid(v),
-            "square": lambda: v * v,
+            # v * tanh(v) <= |v|: a square would overflow fp16 after a few steps (x^16)
+            "square": lambda: v * D.tanh(v),
             "relu": lambda: D.maximum(v, 0.0)}[op]()
 
 
