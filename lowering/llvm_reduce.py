@@ -210,9 +210,9 @@ class ReductionEmitter:
         start = identity(kind, op.dtype)
         valid = self.in_bounds((axis,), 0, 0, 0)
         value = np.broadcast_to(value, acc.shape)
-        return _map(acc.shape, lambda a, v: self._combine(kind, a, self.b.select(valid, v,
-                                                                                 start)),
-                    acc, value)
+        # In the accumulator's dtype, as the CPU executor's astype (an i1 summed as i32).
+        return _map(acc.shape, lambda a, v: self._combine(
+            kind, a, self.b.select(valid, L.convert(self.b, v, op.dtype), start)), acc, value)
 
     def _combine(self, kind, x, y):
         return combine(self.b, self.intr, kind, x, y)
@@ -253,7 +253,8 @@ class ReductionEmitter:
         start = identity(kind, op.dtype)
         masked = np.empty(full.shape, dtype=object)
         for idx in np.ndindex(full.shape):
-            masked[idx] = self.b.select(self.in_bounds((axis,), *idx), full[idx], start)
+            value = L.convert(self.b, full[idx], op.dtype)     # as the CPU's astype
+            masked[idx] = self.b.select(self.in_bounds((axis,), *idx), value, start)
         m = self.lay.map_of(axis)
         dims = (0,) if m is self.lay.row and m is not None else (1, 2) if m is not None else ()
         for dim in (2, 1, 0):                        # same order as the CPU executor
