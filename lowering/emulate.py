@@ -14,7 +14,7 @@ import numpy as np
 from plait.dsl.dtypes import DType, round_to
 
 from . import mathfns
-from .thread import REDUCE_IDENTITY, ThreadProgram
+from .thread import ThreadProgram
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
        DType.BOOL: np.bool_}
@@ -108,9 +108,10 @@ def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[
 
 def _accumulate(m: _Machine, op, acc, value):
     """One loop step of a reduction over the walked axis (rows past the end: identity)."""
-    identity = np.float32(REDUCE_IDENTITY[op.attr("op")])
-    value = np.where(m.in_bounds((op.attr("axis"),)), value, identity).astype(np.float32)
-    return value if acc is None else mathfns.REDUCE[op.attr("op")](acc, value)
+    dtype = _NP[op.dtype]               # integers reduce as integers, not in fp32
+    identity = mathfns.reduce_identity(op.attr("op"), dtype)
+    value = np.where(m.in_bounds((op.attr("axis"),)), value, identity).astype(dtype)
+    return value if acc is None else mathfns.reduce_fn(op.attr("op"))(acc, value)
 
 
 def _rounded(value, op):
@@ -183,9 +184,10 @@ def _step(m: _Machine, op, args, arrays, scalars):
 
 def _reduce_local(m: _Machine, op, value):
     axis = op.attr("axis")
-    fn = mathfns.REDUCE[op.attr("op")]
-    identity = np.float32(REDUCE_IDENTITY[op.attr("op")])
-    value = np.where(m.in_bounds((axis,)), value, identity).astype(np.float32)
+    fn = mathfns.reduce_fn(op.attr("op"))
+    dtype = _NP[op.dtype]
+    identity = mathfns.reduce_identity(op.attr("op"), dtype)
+    value = np.where(m.in_bounds((axis,)), value, identity).astype(dtype)
     lay = m.layout
     dims = (_RR,) if lay.row is not None and axis == lay.row.axis else \
         (_RC, _V) if lay.col is not None and axis == lay.col.axis else ()
@@ -207,7 +209,7 @@ def _thread_dim(m: _Machine, axis):
 
 def _reduce_shfl(m: _Machine, op, value):
     amap, dim = _thread_dim(m, op.attr("axis"))
-    fn = mathfns.REDUCE[op.attr("op")]
+    fn = mathfns.reduce_fn(op.attr("op"))
     value = np.broadcast_to(value, [s if d != dim else amap.threads
                                     for d, s in enumerate(value.shape)])
     lane = np.arange(amap.threads)
@@ -218,7 +220,7 @@ def _reduce_shfl(m: _Machine, op, value):
 
 def _reduce_smem(m: _Machine, op, value):
     amap, dim = _thread_dim(m, op.attr("axis"))
-    fn = mathfns.REDUCE[op.attr("op")]
+    fn = mathfns.reduce_fn(op.attr("op"))
     value = np.broadcast_to(value, [s if d != dim else amap.threads
                                     for d, s in enumerate(value.shape)])
     first = min(op.attr("bits")) - amap.shift     # thread-index bit where warps start

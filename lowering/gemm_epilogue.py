@@ -79,7 +79,9 @@ class EpilogueEmitter:
         return value if target is None else L.round_to(b, intr, value, target)
 
     def _load(self, op, offsets):
-        """One element of another tensor (storage bits), its index clamped inside it."""
+        """One element of another tensor, its index clamped inside it: the register value
+        for fp32 and integer tensors, storage bits for a narrow float (decoded by the
+        tile program's `convert`, as the thread backend's loads)."""
         b = self.k.b
         buf = self.buffers[op.attr("buffer")]
         offset = ir.Constant(L.I64, 0)
@@ -95,4 +97,6 @@ class EpilogueEmitter:
         base = self.k.args[("buffer", buf.name)]
         ptr = b.bitcast(b.gep(base, [b.mul(offset, ir.Constant(L.I64, buf.dtype.itemsize))]),
                         ir.PointerType(bits, 1))
-        return b.load(ptr)
+        bits = b.load(ptr)
+        # fp32 and integers have no `convert` after their load: decode here.
+        return bits if buf.dtype != register_dtype(buf.dtype) else L.decode(b, bits, buf.dtype)

@@ -232,7 +232,7 @@ class _Planner:
                 self.sizes[part_axes[axis]] = -(-self.sizes[axis] // tiles[axis])
                 self.axis_order = (part_axes[axis],) + self.axis_order
             part_axis = part_axes[axis]
-            acc = DType.FP32 if r.op == "sum" else r.dtype
+            acc = DType.FP32 if r.op == "sum" and r.dtype.is_float else r.dtype  # ints exact
             buf = f"{name}.partial{i}"
             partial_outputs[buf] = Node(r.op, r.inputs, (part_axis,) + r.axes, acc,
                                         r.attrs + (("partial", part_axis),), r.loc)

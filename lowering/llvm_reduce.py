@@ -6,11 +6,25 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from plait.dsl.dtypes import DType
+
+from . import mathfns
 from . import ops_llvm as L
 from . import ptx_mma as P
 from .llvm_fragments import mask_and
 from .llvm_fragments import map_fragments as _map
-from .thread import REDUCE_IDENTITY, staged_row_words
+from .thread import smem_words, staged_row_words
+
+
+def identity(kind: str, dtype) -> ir.Constant:
+    """Reduction `kind`'s identity in the register type of `dtype` (mathfns' value)."""
+    return ir.Constant(L.REGISTER[dtype], mathfns.reduce_identity(kind, dtype.numpy).item())
+
+
+def combine(b: ir.IRBuilder, intr, kind: str, x, y):
+    """Fold two partials of reduction `kind`: the elementwise op of mathfns.REDUCE."""
+    mathfns.reduce_fn(kind)             # an unknown kind raises
+    return L.binary(b, intr, mathfns.REDUCE_COMBINE[kind], x, y)
 
 
 class ReductionEmitter:
@@ -21,8 +35,8 @@ class ReductionEmitter:
         exit_block = fn.append_basic_block("after_loop")
         for op in body:                  # shared accumulators start at the identity
             if op.op == "loop_acc" and op.attr("shared") is not None:
-                identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
-                self._shared_acc_write(op, np.full(self.frag_shape(op.axes), identity,
+                start = identity(op.attr("op"), op.dtype)
+                self._shared_acc_write(op, np.full(self.frag_shape(op.axes), start,
                                                    dtype=object))
         # Software pipelining: the loads of index i + depth are issued at the top of step
         # i, so `depth` further rows are in flight while this one is reduced and written.
@@ -63,11 +77,11 @@ class ReductionEmitter:
         phis = {}
         for op in body:
             if op.op == "loop_acc" and op.attr("shared") is None:
-                identity = L.f32(REDUCE_IDENTITY[op.attr("op")])
+                start = identity(op.attr("op"), op.dtype)
                 frag = np.empty(self.frag_shape(op.axes), dtype=object)
                 for idx in np.ndindex(frag.shape):
-                    frag[idx] = b.phi(L.F32)
-                    frag[idx].add_incoming(identity, entry)
+                    frag[idx] = b.phi(start.type)
+                    frag[idx].add_incoming(start, entry)
                 phis[op.id] = frag
         upcoming = {op.id: self._load(op, ahead=depth) for op in streamed}   # after the phis
         if staged:                       # row i has landed once at most depth - 1 are out
@@ -157,11 +171,12 @@ class ReductionEmitter:
         warp's 16-byte accesses cover 512 contiguous bytes (no bank conflicts)."""
         b = self.b
         indices = list(np.ndindex(self.frag_shape(op.axes)))
-        width = 4 if len(indices) % 4 == 0 else 1
-        base = b.gep(self.smem, [L.i32(0), L.i32(0)])
-        vector = ir.VectorType(L.F32, width).as_pointer(addrspace=3)
+        per = smem_words(op.dtype)      # an int64 takes two words: index in elements
+        width = 4 if len(indices) % 4 == 0 and op.dtype in (DType.FP32, DType.INT32) else 1
+        base = self._smem_base(op.dtype)
+        vector = ir.VectorType(base.type.pointee, width).as_pointer(addrspace=3)
         for g in range(len(indices) // width):
-            word = b.add(L.i32(op.attr("shared") + g * width * self.lay.threads),
+            word = b.add(L.i32(op.attr("shared") // per + g * width * self.lay.threads),
                          b.mul(self.tid, L.i32(width)))
             ptr = b.gep(base, [word])
             yield indices[g * width:(g + 1) * width], (b.bitcast(ptr, vector) if width > 1
@@ -172,7 +187,7 @@ class ReductionEmitter:
         out = np.empty(self.frag_shape(op.axes), dtype=object)
         for idxs, ptr in self._shared_acc_groups(op):
             if len(idxs) == 1:
-                out[idxs[0]] = b.load(ptr)
+                out[idxs[0]] = self._from_word(b.load(ptr), op.dtype)
                 continue
             words = b.load(ptr, align=16)
             for k, idx in enumerate(idxs):
@@ -183,35 +198,63 @@ class ReductionEmitter:
         b = self.b
         for idxs, ptr in self._shared_acc_groups(op):
             if len(idxs) == 1:
-                b.store(values[idxs[0]], ptr)
+                b.store(self._to_word(values[idxs[0]]), ptr)
                 continue
-            words = ir.Constant(ir.VectorType(L.F32, len(idxs)), None)
+            words = ir.Constant(ptr.type.pointee, None)
             for k, idx in enumerate(idxs):
                 words = b.insert_element(words, values[idx], L.i32(k))
             b.store(words, ptr, align=16)
 
     def _loop_acc(self, op, acc, value):
         axis, kind = op.attr("axis"), op.attr("op")
-        identity = L.f32(REDUCE_IDENTITY[kind])
+        start = identity(kind, op.dtype)
         valid = self.in_bounds((axis,), 0, 0, 0)
         value = np.broadcast_to(value, acc.shape)
-        return _map(acc.shape, lambda a, v: self._combine(kind, a, self.b.select(valid, v,
-                                                                                 identity)),
-                    acc, value)
+        # In the accumulator's dtype, as the CPU executor's astype (an i1 summed as i32).
+        return _map(acc.shape, lambda a, v: self._combine(
+            kind, a, self.b.select(valid, L.convert(self.b, v, op.dtype), start)), acc, value)
 
     def _combine(self, kind, x, y):
-        if kind == "sum":
-            return self.b.fadd(x, y, flags=L.CONTRACT)
-        return self.intr.call(self.b, f"llvm.{'maximum' if kind == 'max' else 'minimum'}.f32",
-                              L.F32, [x, y])
+        return combine(self.b, self.intr, kind, x, y)
+
+    # ---- shared memory and shuffles move 32-bit words -----------------------------
+    def _smem_base(self, dtype):
+        """The shared array as a pointer to dtype's words (an i1 travels as an i32)."""
+        word = L.REGISTER[dtype] if dtype != DType.BOOL else L.I32
+        base = self.b.gep(self.smem, [L.i32(0), L.i32(0)])
+        return base if word == L.F32 else self.b.bitcast(base, word.as_pointer(addrspace=3))
+
+    def _to_word(self, value):
+        return self.b.zext(value, L.I32) if value.type == L.I1 else value
+
+    def _from_word(self, value, dtype):
+        return self.b.trunc(value, L.I1) if dtype == DType.BOOL else value
+
+    def _shuffle(self, x, lanes: int):
+        """The value of lane (this lane xor `lanes`): f32 and i32 as they are, an i64 as
+        two words, an i1 widened to a word."""
+        b = self.b
+
+        def shfl(word, suffix, ty):
+            return self.intr.call(b, f"llvm.nvvm.shfl.sync.bfly.{suffix}", ty,
+                                  [L.i32(-1), word, L.i32(lanes), L.i32(0x1F)])
+        if x.type == L.F32:
+            return shfl(x, "f32", L.F32)
+        if x.type == L.I64:
+            lo = shfl(b.trunc(x, L.I32), "i32", L.I32)
+            hi = shfl(b.trunc(b.lshr(x, ir.Constant(L.I64, 32)), L.I32), "i32", L.I32)
+            return b.or_(b.zext(lo, L.I64), b.shl(b.zext(hi, L.I64), ir.Constant(L.I64, 32)))
+        return self._from_word(shfl(self._to_word(x), "i32", L.I32),
+                               DType.BOOL if x.type == L.I1 else DType.INT32)
 
     def _reduce_local(self, op, frag):
         axis, kind = op.attr("axis"), op.attr("op")
         full = np.broadcast_to(frag, self.frag_shape(self.prog.ops[op.args[0]].axes + (axis,)))
-        identity = L.f32(REDUCE_IDENTITY[kind])
+        start = identity(kind, op.dtype)
         masked = np.empty(full.shape, dtype=object)
         for idx in np.ndindex(full.shape):
-            masked[idx] = self.b.select(self.in_bounds((axis,), *idx), full[idx], identity)
+            value = L.convert(self.b, full[idx], op.dtype)     # as the CPU's astype
+            masked[idx] = self.b.select(self.in_bounds((axis,), *idx), value, start)
         m = self.lay.map_of(axis)
         dims = (0,) if m is self.lay.row and m is not None else (1, 2) if m is not None else ()
         for dim in (2, 1, 0):                        # same order as the CPU executor
@@ -228,19 +271,19 @@ class ReductionEmitter:
         out = frag
         for lanes in op.attr("lanes"):
             def step(x, lanes=lanes):
-                other = self.intr.call(self.b, "llvm.nvvm.shfl.sync.bfly.f32", L.F32,
-                                       [L.i32(-1), x, L.i32(lanes), L.i32(0x1F)])
-                return self._combine(kind, x, other)
+                return self._combine(kind, x, self._shuffle(x, lanes))
             out = _map(out.shape, step, out)
         return out
 
     def _smem_put(self, op, frag) -> None:
-        """Each thread writes its partials: fragment element k to word slot + k*threads + tid."""
+        """Each thread writes its partials: fragment element k to element
+        slot/words + k*threads + tid (words: 2 for an int64, else 1)."""
         b = self.b
-        base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
+        base_ptr = self._smem_base(op.dtype)
+        first = op.attr("slot") // smem_words(op.dtype)
         for k, idx in enumerate(np.ndindex(frag.shape)):
-            word = b.add(L.i32(op.attr("slot") + k * self.lay.threads), self.tid)
-            b.store(frag[idx], b.gep(base_ptr, [word]))
+            word = b.add(L.i32(first + k * self.lay.threads), self.tid)
+            b.store(self._to_word(frag[idx]), b.gep(base_ptr, [word]))
 
     def _smem_fold(self, op, _barrier):
         """Fold the partials of the threads that differ from this one only in the reduced
@@ -250,15 +293,16 @@ class ReductionEmitter:
         bits = op.attr("bits")
         threads = self.lay.threads
         shape = self.frag_shape(op.axes)
-        base_ptr = b.gep(self.smem, [L.i32(0), L.i32(0)])
+        base_ptr = self._smem_base(op.dtype)
+        slot = op.attr("slot") // smem_words(op.dtype)
         first, count = min(bits), 1 << len(bits)
         cleared = b.and_(self.tid, L.i32(~(((count - 1) << first)) & 0xFFFFFFFF))
         out = np.empty(shape, dtype=object)
         for k, idx in enumerate(np.ndindex(shape)):
             acc = None
             for w in range(count):
-                word = b.add(L.i32(op.attr("slot") + k * threads + (w << first)), cleared)
-                val = b.load(b.gep(base_ptr, [word]))
+                word = b.add(L.i32(slot + k * threads + (w << first)), cleared)
+                val = self._from_word(b.load(b.gep(base_ptr, [word])), op.dtype)
                 acc = val if acc is None else self._combine(kind, acc, val)
             out[idx] = acc
         return out

@@ -76,3 +76,28 @@ BINARY = {
 }
 
 REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+# The elementwise op that folds two partials of each reduction (ops_llvm emits these).
+REDUCE_COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+
+
+def reduce_fn(kind: str):
+    """The numpy fold of reduction `kind`; an unknown kind is an error, not a default."""
+    if kind not in REDUCE:
+        raise NotImplementedError(f"no rule for reduction {kind!r}")
+    return REDUCE[kind]
+
+
+def reduce_identity(kind: str, dtype: np.dtype):
+    """The value a masked-out element contributes to reduction `kind` in register dtype
+    `dtype` (np.float32, np.int32, np.int64): 0 for sum, the lowest/highest value for
+    max/min (an integer has no infinity)."""
+    reduce_fn(kind)
+    dtype = np.dtype(dtype)
+    if kind == "sum":
+        return dtype.type(0)
+    if dtype.kind == "b":              # max is any, min is all
+        return dtype.type(kind == "min")
+    if dtype.kind == "f":
+        return dtype.type(-np.inf if kind == "max" else np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if kind == "max" else info.max)

@@ -131,10 +131,11 @@ def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
         if is_f:
             return b.fcmp_unordered("!=", x, y) if op == "ne" else b.fcmp_ordered(_FCMP[op], x, y)
         return b.icmp_signed(_FCMP[op], x, y)
-    if op in ("logical_and", "maximum") and x.type == I1:
+    # On bools max is or, min is and (numpy's maximum/minimum, the CPU spec).
+    if op in ("logical_and", "minimum") and x.type == I1:
         return b.and_(x, y)
-    if op in ("logical_or", "minimum") and x.type == I1:
-        return b.or_(x, y) if op == "logical_or" else b.and_(x, y)
+    if op in ("logical_or", "maximum") and x.type == I1:
+        return b.or_(x, y)
     if is_f:
         if op in ("maximum", "minimum"):
             return intr.call(b, f"llvm.{op}.f32", F32, [x, y])

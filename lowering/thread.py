@@ -34,6 +34,11 @@ from .tile import TileOp, TileProgram
 REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
+def smem_words(dtype: DType) -> int:
+    """4-byte shared-memory words one register value of `dtype` takes (an int64: 2)."""
+    return 2 if dtype.itemsize == 8 else 1
+
+
 @dataclass(frozen=True)
 class ThreadProgram:
     name: str
@@ -166,7 +171,7 @@ def _accumulators_to_shared(ops: list[TileOp], layout: Layout, scratch: int):
     for op in ops:
         if op.op == "loop_acc":
             out.append(op.with_attrs(shared=slot))
-            slot += int(np.prod(layout.fragment(op.axes))) * layout.threads
+            slot += int(np.prod(layout.fragment(op.axes))) * layout.threads * smem_words(op.dtype)
         else:
             out.append(op)
     return out, slot - scratch          # the words past the scratch, padding included
@@ -296,7 +301,7 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
         for v, op in zip(values, group):
             slots.append(words)
             emit("smem_put", (v, before), op, slot=words)
-            words += layout.threads * int(np.prod(layout.fragment(keep)))
+            words += layout.threads * int(np.prod(layout.fragment(keep))) * smem_words(op.dtype)
         after = emit("barrier", [len(ops) - 1], first)
         values = [emit("smem_fold", (after,), op, slot=slot, bits=smem_bits)
                   for op, slot in zip(group, slots)]
