@@ -5,6 +5,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 import plait  # noqa: E402
+from plait.dsl import Tensor, algorithm, cast, sum  # noqa: E402
 from plait.runtime.api import compile as plait_compile  # noqa: E402
 from plait.runtime.tolerance import max_rel_err  # noqa: E402
 from plait.schedule.lookup import find_schedule  # noqa: E402
@@ -90,6 +91,13 @@ def test_residual_and_row_scale():
     check(out, y * torch.sigmoid(y), TOL[torch.bfloat16])
 
 
+@algorithm
+def matmul_fp8_mixed(a: Tensor["M", "K"], b: Tensor["N", "K"], scale_a: float = 1.0,
+                     scale_b: float = 1.0):
+    """The example's math with undeclared operand dtypes (it declares e4m3 for both)."""
+    return cast(sum(a * b, over="K") * (scale_a * scale_b), "bf16")
+
+
 @pytest.mark.parametrize("kinds", [(torch.float8_e4m3fn, torch.float8_e4m3fn),
                                    (torch.float8_e5m2, torch.float8_e4m3fn)])
 @pytest.mark.parametrize("shape", [(257, 136, 144), (2048, 2048, 2048)])
@@ -97,8 +105,9 @@ def test_fp8(shape, kinds):
     M, N, K = shape
     gen = torch.Generator(device="cuda").manual_seed(11)
     a, b = rand(gen, M, K, dtype=kinds[0]), rand(gen, N, K, dtype=kinds[1])
-    assert on_tensor_cores(matmul_fp8, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
-    out = plait.run(matmul_fp8, a, b, scale_a=0.5, scale_b=0.25)
+    algo = matmul_fp8 if kinds[0] == kinds[1] else matmul_fp8_mixed
+    assert on_tensor_cores(algo, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    out = plait.run(algo, a, b, scale_a=0.5, scale_b=0.25)
     ref = (a.double() @ b.double().t()) * 0.125
     check(out, ref, TOL[torch.bfloat16])
 
