@@ -59,6 +59,10 @@ def auto_split_k(m: int, n: int, k: int, batch: int) -> int:
     return max(1, min(SPLIT_K_MAX, SMS // blocks, k // SPLIT_K_MIN_RANGE))
 
 
+REGISTER_FILE = 64 * 1024     # 32-bit registers per SM, all of them one block's at most
+ACC_HEADROOM = 32             # registers a consumer thread needs besides its accumulators (measured: 192x192 assembles in 128)
+
+
 def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
     es = r.a.dtype.itemsize
     if es != 2 and not (r.a.k_major and r.b.k_major):
@@ -84,6 +88,16 @@ def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
     if not 1 <= consumers <= 3:
         raise PlaitError(f"{where}.warpgroups: {consumers}; 1 to 3 consumer warpgroups fit "
                          "beside the producer in 512 threads")
+    # The register file (64K) over every thread of the block: each consumer thread needs
+    # its accumulators plus about 32 for addresses, descriptors and the epilogue, or ptxas
+    # fails with 'insufficient registers' (192x256 bf16: 128 accumulators of 128 a thread).
+    per_thread = REGISTER_FILE // (128 * (consumers + 1))
+    if tn // 2 + ACC_HEADROOM > per_thread:
+        raise PlaitError(f"{where}.tile: {tm}x{tn} gives each of {consumers} consumer "
+                         f"warpgroups' threads {tn // 2} accumulators, but {consumers + 1} "
+                         f"warpgroups leave {per_thread} registers a thread; use a tile "
+                         f"{r.n} of at most {2 * (per_thread - ACC_HEADROOM) // 64 * 64} "
+                         "or fewer warpgroups")
     return tm, tn, tk, sched.stages, consumers
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from plait.dsl import DType, Tensor, algorithm, cast, evaluate, max, min, sum, where
+from plait.dsl import DType, PlaitError, Tensor, algorithm, cast, evaluate, max, min, sum, where
 from plait.dsl.dtypes import dtype_of
 from plait.lowering import mathfns
 from plait.lowering import ops_llvm as L
@@ -185,3 +185,27 @@ def test_unknown_reduction_kind_raises():
         combine(b, None, "prod", L.i32(1), L.i32(2))
     with pytest.raises(NotImplementedError, match="prod"):
         mathfns.reduce_identity("prod", np.int32)
+
+
+def test_wgmma_tile_over_the_register_file_is_refused_before_ptxas():
+    """bf16 192x256 is right on the CPU executor but ptxas has no registers for it (128
+    accumulators in 128 registers a thread): refused by validation with what to change.
+    192x192 takes 96 accumulators and assembles."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from matmul import matmul
+
+    from plait.schedule import Schedule
+    graph = matmul.graph({"a": "bf16", "b": "bf16"})
+    sizes = {"M": 1024, "N": 1024, "K": 1024}
+
+    def schedule(n):
+        return Schedule.from_dict({"algorithm": "matmul",
+                                   "contraction": {"tile": {"M": 192, "N": n, "K": 64}}})
+    with pytest.raises(PlaitError, match="leave 128 registers a thread"):
+        compile_program(graph, schedule(256), sizes, True, "sm_90a")
+    if find_ptxas() is None:
+        pytest.skip("no ptxas")
+    for kernel in compile_program(graph, schedule(192), sizes, True, "sm_90a").kernels:
+        assert len(assemble(kernel.ptx, "sm_90a")) > 0
