@@ -27,7 +27,12 @@ def f32(x: float) -> ir.Constant:
 
 
 def i32(x: int) -> ir.Constant:
-    return ir.Constant(I32, int(x))
+    """A 32-bit constant (signed, or an unsigned bit pattern). A value that does not fit
+    is a compiler bug, not something to truncate: a 2**32 grid tile once became 0."""
+    x = int(x)
+    if not -2**31 <= x < 2**32:
+        raise OverflowError(f"constant {x} does not fit in 32 bits")
+    return ir.Constant(I32, x)
 
 
 class Intrinsics:

@@ -209,3 +209,10 @@ def test_wgmma_tile_over_the_register_file_is_refused_before_ptxas():
         pytest.skip("no ptxas")
     for kernel in compile_program(graph, schedule(192), sizes, True, "sm_90a").kernels:
         assert len(assemble(kernel.ptx, "sm_90a")) > 0
+
+
+def test_emitter_refuses_a_constant_that_would_be_truncated():
+    assert L.i32(2**32 - 1).constant == 2**32 - 1 and L.i32(-2**31).constant == -2**31
+    for bad in (2**32, 2**32 + 1, -2**31 - 1):
+        with pytest.raises(OverflowError):
+            L.i32(bad)
