@@ -197,20 +197,26 @@ STAGES = ("algorithm", "kernels", "tile", "thread", "llir", "ptx")
 
 
 def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-                aligned: bool, target: str) -> dict[str, str]:
-    """The text of every stage, keyed by stage name (the `--dump` file names)."""
+                aligned: bool, target: str) -> dict[str, str | dict[str, str]]:
+    """The text of every stage, keyed by stage name (the `--dump` file names). The llir
+    and ptx stages map each kernel to its own whole module, which ptxas assembles as
+    written (joined, a second `.version` line is a parse error)."""
     from .llvm_backend import emit_llvm_ir, llvm_to_ptx
     low = lower(graph, schedule, sizes, aligned, target)
-    llir = [gemm_backend(t).emit_gemm_llvm_ir(t, entry_name(t.name))
-            if isinstance(t, GemmProgram)
-            else emit_llvm_ir(t, entry_name(t.name), target) for t in low.threads]
-    ptx = [gemm_backend(t).gemm_ptx(ir, t, entry_name(t.name)) if isinstance(t, GemmProgram)
-           else llvm_to_ptx(ir, target) for ir, t in zip(llir, low.threads)]
+    llir, ptx = {}, {}
+    for t in low.threads:
+        entry = entry_name(t.name)
+        if isinstance(t, GemmProgram):
+            llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
+            ptx[t.name] = gemm_backend(t).gemm_ptx(llir[t.name], t, entry)
+        else:
+            llir[t.name] = emit_llvm_ir(t, entry, target)
+            ptx[t.name] = llvm_to_ptx(llir[t.name], target)
     return {
         "algorithm": graph.text(),
         "kernels": low.kernel_graph.text(),
         "tile": "\n".join(t.text() for t in low.tiles),
         "thread": "\n".join(t.text() for t in low.threads),
-        "llir": "\n".join(llir),
-        "ptx": "\n".join(ptx),
+        "llir": llir,
+        "ptx": ptx,
     }

@@ -27,11 +27,10 @@ import numpy as np
 from plait.dsl.errors import PlaitError
 
 from .artifact import Buffer
+from .kernels import REDUCE_OPS
 from .layout import Layout
 from .llvm_limits import shared_limit
 from .tile import TileOp, TileProgram
-
-REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
 def smem_words(dtype: DType) -> int:
@@ -122,7 +121,7 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
         if op.op in ("load", "store"):
             vec = _vector_for(buffers[op.attr("buffer")], layout, aligned, sizes)
             remap[op.id] = emit(op, args, vector=vec)
-        elif op.op in REDUCE_IDENTITY:
+        elif op.op in REDUCE_OPS:
             group = [op]
             while (i + len(group) < len(tile_ops)
                    and _same_round(tile_ops[i + len(group)], op, remap, layout)):
@@ -231,7 +230,7 @@ def _place_in_loop(ops: list[TileOp], axis: str, buffers, name: str) -> list[Til
 
 def _same_round(candidate: TileOp, first: TileOp, remap, layout: Layout) -> bool:
     """Reductions that can share one round of shuffles and one shared-memory exchange."""
-    return (candidate.op in REDUCE_IDENTITY
+    return (candidate.op in REDUCE_OPS
             and candidate.attr("axis") == first.attr("axis")
             and candidate.attr("partial") == first.attr("partial")
             and (layout.loop is None or first.attr("axis") != layout.loop.axis)
@@ -248,7 +247,7 @@ def cluster_reductions(ops: list[TileOp]) -> list[TileOp]:
     """
     level: dict[int, int] = {}
     for op in ops:
-        level[op.id] = max((level[a] + (ops[a].op in REDUCE_IDENTITY) for a in op.args),
+        level[op.id] = max((level[a] + (ops[a].op in REDUCE_OPS) for a in op.args),
                            default=0)
     users: dict[int, list[int]] = {}
     for op in ops:
@@ -261,7 +260,7 @@ def cluster_reductions(ops: list[TileOp]) -> list[TileOp]:
     for op in ops:
         if op.op == "convert" and op.args and ops[op.args[0]].op == "load":
             level[op.id] = level[op.args[0]]
-    order = sorted(ops, key=lambda o: (level[o.id], o.op in REDUCE_IDENTITY, o.id))
+    order = sorted(ops, key=lambda o: (level[o.id], o.op in REDUCE_OPS, o.id))
     return order
 
 

@@ -50,16 +50,14 @@ def dump(folder: str, graph, schedule, sizes: dict[str, int], target: str) -> li
     except OSError as e:
         raise PlaitError(f"--dump: cannot write to {folder}: {e.strerror or e}") from None
     stages = pipeline.dump_stages(graph, schedule, sizes, aligned=True, target=target)
-    per_kernel = _per_kernel_modules(graph, schedule, sizes, target)
     paths = []
     for i, (stage, text) in enumerate(stages.items()):
-        if stage in ("llir", "ptx"):
-            ext = "ll" if stage == "llir" else "ptx"
-            for name, module in per_kernel[stage]:
+        if isinstance(text, dict):           # llir and ptx: one whole module per kernel
+            ext = "ll" if stage == "llir" else stage
+            for name, module in text.items():
                 paths.append(_write(folder, f"{i:02d}_{stage}.{_safe(name)}.{ext}", module))
-            continue
-        paths.append(_write(folder, f"{i:02d}_{stage}.{'ptx' if stage == 'ptx' else 'txt'}",
-                            text))
+        else:
+            paths.append(_write(folder, f"{i:02d}_{stage}.txt", text))
     return paths
 
 
@@ -71,27 +69,6 @@ def _write(folder: str, name: str, text: str) -> str:
     except OSError as e:
         raise PlaitError(f"--dump: cannot write {path}: {e.strerror or e}") from None
     return path
-
-
-def _per_kernel_modules(graph, schedule, sizes, target) -> dict:
-    """{'llir': [(kernel, module)], 'ptx': [...]}, as dump_stages makes them but not joined."""
-    from plait.lowering import pipeline
-    from plait.lowering.gemm_plan import GemmProgram
-    from plait.lowering.llvm_backend import emit_llvm_ir, llvm_to_ptx
-    low = pipeline.lower(graph, schedule, sizes, True, target)
-    out: dict[str, list] = {"llir": [], "ptx": []}
-    for t in low.threads:
-        entry = pipeline.entry_name(t.name)
-        if isinstance(t, GemmProgram):
-            backend = pipeline.gemm_backend(t)
-            ir = backend.emit_gemm_llvm_ir(t, entry)
-            ptx = backend.gemm_ptx(ir, t, entry)
-        else:
-            ir = emit_llvm_ir(t, entry, target)
-            ptx = llvm_to_ptx(ir, target)
-        out["llir"].append((t.name, ir))
-        out["ptx"].append((t.name, ptx))
-    return out
 
 
 def ptxas_timeout() -> float:

@@ -158,7 +158,7 @@ def test_missing_scalar_is_asked_for(algo_file, reference_emulator, capsys):
 def test_compile_dump_writes_every_stage(algo_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PLAIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(pipeline, "dump_stages", lambda g, s, sizes, aligned, target: {
-        "algorithm": g.text(), "kernels": "k", "ptx": "// ptx"})
+        "algorithm": g.text(), "kernels": "k", "ptx": {"first": "// ptx"}})
     monkeypatch.setattr("plait.runtime.api.compile", lambda *a, **k: type(
         "P", (), {"kernels": ()})())
     out = tmp_path / "dump"
