@@ -1,13 +1,16 @@
 """plait vs cuBLAS (through torch) and a Triton kernel on contractions, in one run.
 
     python bench/matmul.py [--out bench/results_matmul.md] [--quick]
+    python bench/matmul.py --set unaligned --repeat 3    # rows the TMA cannot address
 
 TFLOP/s counts 2*M*N*K. Each contender is timed as a CUDA graph replay (median of
-triton.testing.do_bench); the table gives plait's ratio to each peer.
+triton.testing.do_bench); the table gives plait's ratio to each peer, and with
+--repeat the spread (min-max) of the ratio to cuBLAS over the repeats.
 """
 import argparse
 import datetime
 import os
+import statistics
 import sys
 
 import torch
@@ -28,7 +31,31 @@ def _randn(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device="cuda").to(dtype)
 
 
-def workloads(quick: bool):
+# The issue-11 shapes: rows of odd pitch (4095, 3001, 777, 50257) and small or skinny ones.
+UNALIGNED = [("bf16", 4096, 4095, 4096), ("bf16", 4095, 4096, 4096), ("bf16", 4096, 4096, 4095),
+             ("bf16", 1000, 3001, 777), ("bf16", 8192, 50257, 4096)]
+SMALL = [("bf16", 512, 512, 512), ("bf16", 1024, 1024, 1024), ("bf16", 2048, 2048, 2048),
+         ("bf16", 128, 8192, 8192), ("bf16", 16, 4096, 4096)]
+
+
+def plain_workloads(shapes):
+    from matmul import matmul
+    for kind, M, N, K in shapes:
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+        a, b = _randn(M, K, dtype=dtype), _randn(K, N, dtype=dtype)
+        fns = {"plait": lambda a=a, b=b: plait.run(matmul, a, b), "cuBLAS": lambda a=a, b=b: a @ b}
+        if not (N * a.element_size()) % 16 and not (K * a.element_size()) % 16:
+            fns["triton"] = lambda a=a, b=b: triton_matmul.matmul(a, b)
+        yield (f"{kind} {M}x{N}x{K}", 2 * M * N * K, fns)
+
+
+def workloads(quick: bool, which: str = "default"):
+    if which == "unaligned":
+        yield from plain_workloads(UNALIGNED)
+        return
+    if which == "small":
+        yield from plain_workloads(SMALL)
+        return
     from matmul import matmul
     from matmul_bias_gelu import matmul_bias_gelu
     from matmul_fp8 import matmul_fp8
@@ -62,21 +89,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--set", default="default", choices=("default", "unaligned", "small"))
+    ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     peers = ("cuBLAS", "triton")
-    lines = ["| workload | plait TFLOP/s | cuBLAS | triton | plait / cuBLAS | plait / triton |",
-             "|---|---|---|---|---|---|"]
-    for name, flops, fns in workloads(args.quick):
-        tf = {}
-        for who, fn in fns.items():
-            call, replay = both(fn)
-            tf[who] = flops / replay / 1e9
-            print(f"  {name:32s} {who:8s} call {call:.4f} ms  replay {replay:.4f} ms "
-                  f"{tf[who]:.0f} TFLOP/s", flush=True)
+    lines = ["| workload | plait TFLOP/s | cuBLAS | triton | plait / cuBLAS | plait / triton "
+             "| spread of plait / cuBLAS |", "|---|---|---|---|---|---|---|"]
+    for name, flops, fns in workloads(args.quick, args.set):
+        runs = []
+        for _ in range(args.repeat):
+            tf = {}
+            for who, fn in fns.items():
+                call, replay = both(fn)
+                tf[who] = flops / replay / 1e9
+                print(f"  {name:32s} {who:8s} call {call:.4f} ms  replay {replay:.4f} ms "
+                      f"{tf[who]:.0f} TFLOP/s", flush=True)
+            runs.append(tf)
+        tf = {who: statistics.median(r[who] for r in runs) for who in runs[0]}
+        spread = [r["plait"] / r["cuBLAS"] for r in runs]
         cells = [f"{tf[p]:.0f}" if p in tf else "-" for p in peers]
         ratios = [f"{tf['plait'] / tf[p]:.2f}" if p in tf else "-" for p in peers]
         lines.append(f"| {name} | {tf['plait']:.0f} | " + " | ".join(cells) + " | "
-                     + " | ".join(ratios) + " |")
+                     + " | ".join(ratios) + f" | {min(spread):.2f}-{max(spread):.2f} |")
     stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "
              f"{torch.__version__} · triton {triton.__version__} · CUDA graph replay medians")
     table = stamp + "\n\n" + "\n".join(lines)

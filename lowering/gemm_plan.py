@@ -23,6 +23,7 @@ from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
 from .artifact import Buffer
+from .gemm_copy import access_width
 from .target import get_target
 from .tile import TileOp, TileProgram, format_op
 
@@ -80,6 +81,16 @@ class GemmProgram:
     persistent: bool = False       # one block per SM walks the tiles
     split: str | None = None       # split-K: the output's axis of K ranges, each
     split_chunk: int = 0           # split_chunk elements long (a multiple of tile_k)
+    # Widest global access (bytes) each of A, B and the output is aligned to
+    # (gemm_copy.access_width): 16 lets wgmma use the TMA and mma_sync 16-byte cp.async;
+    # narrower rows are copied by threads in pieces, and the output stored from registers.
+    a_access: int = 16
+    b_access: int = 16
+    out_access: int = 16
+
+    def uses_tma(self, which: str) -> bool:
+        """Whether the wgmma kernel moves operand 'a' | 'b' | 'out' with the TMA."""
+        return self.instruction == "wgmma" and getattr(self, f"{which}_access") == 16
 
     @property
     def outer_axes(self) -> tuple[str, ...]:
@@ -133,6 +144,7 @@ class GemmProgram:
                  + (f" split-K along {self.split} by {self.split_chunk}" if self.split else ""),
                  f"  A {operand(self.a)}; B {operand(self.b)}; out {self.out.name}:"
                  f"{self.out.dtype}[{','.join(self.out.axes)}]",
+                 f"  access A {self.a_access} B {self.b_access} out {self.out_access} bytes",
                  f"  tile {self.tile_m}x{self.tile_n}x{self.tile_k} stages {self.stages} "
                  f"{'consumers' if self.instruction == 'wgmma' else 'warps'} {self.consumers} "
                  f"raster {self.raster}{' persistent' if self.persistent else ''} "
@@ -280,13 +292,7 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     problem = _operand_dtype_problem(r.a.dtype, r.b.dtype, sched.tf32)
     if problem:
         raise NotAGemm(problem)
-    for buf in (r.a.buffer, r.b.buffer, r.out):
-        inner = sizes[buf.axes[-1]] * buf.dtype.itemsize
-        if len(buf.axes) > 1 and inner % 16:
-            raise NotAGemm(f"{buf.name}'s rows are {inner} bytes, not a multiple of 16: "
-                           "tensor-core loads cannot address them")
-    if not aligned:
-        raise NotAGemm("array addresses are not 16-byte aligned")
+    access = [access_width(buf, sizes, aligned) for buf in (r.a.buffer, r.b.buffer, r.out)]
     if r.split and sched.instruction != "wgmma":
         raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
     from .gemm_tiles import TILERS
@@ -297,7 +303,7 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
         _argument_order(tile, r.a, r.b, r.out), tile.scalars,
         bool(sched.persistent) and sched.instruction == "wgmma", r.split,
-        dict(derived)[r.split] if r.split else 0)
+        dict(derived)[r.split] if r.split else 0, *access)
     if schedule is None or schedule.stages is None:
         # Stages left to the compiler: as many of the default as fit beside the rest.
         while plan.shared_bytes > SMEM_LIMIT and plan.stages > 2:

@@ -26,10 +26,16 @@ from . import ops_llvm as L
 from . import ptx_mma as P
 from .artifact import CompiledKernel, KernelArg
 from .gemm_common import KernelEmitter, loop, plain_args, tile_coordinates
+from .gemm_copy import TileCopy, strides
 from .gemm_epilogue import EpilogueEmitter
 from .gemm_plan import GemmProgram
 from .gemm_tiles import MMA_K, warp_grid
 from .ptx_memory import asm_store
+
+
+# Register copies (rows of 2-byte pitch) share the threads with the accumulators: few
+# loads at a time, or ptxas spills.
+REGISTER_PIECES = 16
 
 
 def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
@@ -81,12 +87,7 @@ class _Emitter(KernelEmitter):
         return self.b.zext(v, L.I64)
 
     def strides(self, axes) -> dict:
-        """Element strides (i64) of a row-major tensor over `axes`."""
-        b, out, step = self.b, {}, ir.Constant(L.I64, 1)
-        for axis in reversed(axes):
-            out[axis] = step
-            step = b.mul(step, self.i64(self.size(axis)))
-        return out
+        return strides(self, axes)
 
     def swizzled(self, row, chunk, row_bytes: int):
         """Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile: the chunk's
@@ -134,48 +135,23 @@ class _Emitter(KernelEmitter):
         b.ret_void()
 
     # ---- global -> shared ---------------------------------------------------------
-    def _copies(self, which: str) -> list:
-        """Per 16-byte chunk this thread copies: (shared offset in the stage, global element
-        offset at k = 0 (i64), whether its M/N index is inside, its K offset in the tile,
-        the element stride of K)."""
-        g, b, o = self.g, self.b, self.ops[which]
-        per_row = o.row_bytes // 16
-        elems = 16 // o.op.dtype.itemsize
-        strides = self.strides(o.op.buffer.axes)
-        fixed = ir.Constant(L.I64, 0)
-        for axis in o.op.buffer.axes:
-            if axis in self.batch_index:
-                fixed = b.add(fixed, b.mul(self.i64(self.batch_index[axis]), strides[axis]))
-        row0 = self.m0 if which == "a" else self.n0
-        out = []
-        for i in range(o.chunks // self.g.threads):
-            q = b.add(self.tid, L.i32(i * g.threads))
-            row, chunk = b.udiv(q, L.i32(per_row)), b.urem(q, L.i32(per_row))
-            if o.op.k_major:
-                index, k_off = b.add(row0, row), b.mul(chunk, L.i32(elems))
-            else:
-                index, k_off = b.add(row0, b.mul(chunk, L.i32(elems))), row
-            inside = b.icmp_signed("<", index, self.size(o.rows_axis))
-            offset = b.add(fixed, b.add(b.mul(self.i64(index), strides[o.rows_axis]),
-                                        b.mul(self.i64(k_off), strides[g.k])))
-            dst = b.add(self.swizzled(row, chunk, o.row_bytes), L.i32(o.offset))
-            out.append((dst, offset, inside, k_off, strides[g.k]))
-        return out
+    def _copies(self, which: str) -> TileCopy:
+        """This thread's chunks of operand `which` (gemm_copy), at the width its rows allow."""
+        g, o = self.g, self.ops[which]
+        width = g.a_access if which == "a" else g.b_access
+        return TileCopy(self, o.op, o.rows_axis, self.m0 if which == "a" else self.n0,
+                        o.tile_rows, o.row_bytes, self.tid, g.threads, width,
+                        lambda row, chunk: self.b.add(self.swizzled(row, chunk, o.row_bytes),
+                                                      L.i32(o.offset)),
+                        in_flight=REGISTER_PIECES)
 
     def _issue(self, copies, kt, stage) -> None:
-        """cp.async every chunk of K tile `kt` into `stage`."""
+        """Copy every chunk of K tile `kt` into `stage`."""
         g, b = self.g, self.b
         k0 = b.mul(kt, L.i32(g.tile_k))
         stage_base = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
-        for which, chunks in zip(("a", "b"), copies):
-            buf = self.ops[which].op.buffer
-            base = self.args[("buffer", buf.name)]
-            for dst, offset, inside, k_off, k_stride in chunks:
-                valid = b.and_(inside, b.icmp_signed("<", b.add(k0, k_off), self.size(g.k)))
-                at = b.add(offset, b.mul(self.i64(k0), k_stride))
-                src = b.gep(base, [b.mul(at, ir.Constant(L.I64, buf.dtype.itemsize))])
-                src = b.select(valid, src, base)    # out of range: read nothing, at a real address
-                P.cp_async_16(b, b.add(stage_base, dst), b.ptrtoint(src, L.I64), valid)
+        for copy in copies:
+            copy.issue(k0, stage_base)
 
     # ---- shared -> fragments -> mma ---------------------------------------------------
     def _fragment_offsets(self, which: str) -> dict:
@@ -253,6 +229,8 @@ class _Emitter(KernelEmitter):
         base = self.args[("buffer", g.out.name)]
         es = g.out.dtype.itemsize
         ns = self.warp_n // 8
+        # Adjacent columns go out as one store where the output's rows keep pairs aligned.
+        pieces = [slice(0, 2)] if g.out_access >= 2 * es else [slice(0, 1), slice(1, 2)]
         for i in range(self.warp_m // 16):
             for half in (0, 1):
                 dm = 16 * i + 8 * half
@@ -261,8 +239,10 @@ class _Emitter(KernelEmitter):
                 for jn in range(ns):
                     at = 4 * (i * ns + jn) + 2 * half
                     bits = [epi.value(acc[at + e], {g.m: dm, g.n: 8 * jn + e}) for e in (0, 1)]
-                    inside = b.and_(row_in, b.icmp_signed("<", b.add(col, L.i32(8 * jn)),
-                                                          self.size(g.n)))
-                    offset = b.add(row_at, ir.Constant(L.I64, 8 * jn))
-                    ptr = b.gep(base, [b.mul(offset, ir.Constant(L.I64, es))])
-                    asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits, g.out.dtype)
+                    for e, piece in enumerate(pieces):   # a pair, or one by one
+                        c = 8 * jn + e
+                        inside = b.and_(row_in, b.icmp_signed("<", b.add(col, L.i32(c)),
+                                                              self.size(g.n)))
+                        offset = b.add(row_at, ir.Constant(L.I64, c))
+                        ptr = b.gep(base, [b.mul(offset, ir.Constant(L.I64, es))])
+                        asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits[piece], g.out.dtype)

@@ -19,12 +19,17 @@ from llvmlite import ir
 from . import ops_llvm as L
 from . import ptx_async as P
 from .artifact import CompiledKernel, KernelArg
+from . import ptx_mma as MMA
 from .gemm_common import KernelEmitter, loop, plain_args, tile_coordinates
+from .gemm_copy import TileCopy, strides
+from .ptx_memory import asm_store
 from .gemm_epilogue import EpilogueEmitter
 from .gemm_plan import WGMMA_TYPES, GemmProgram
 from .gemm_tiles import SWIZZLE_BYTES
 
-PRODUCER_REGS = 40
+PRODUCER_REGS = 40           # one thread issuing TMA copies
+COPY_PRODUCER_REGS = 96      # 128 threads computing the addresses of their chunks
+COPY_IN_FLIGHT = 32          # register loads each holds at once: 64 spill at 1000x3001x777
 
 
 def operand_box(g: GemmProgram, which: str) -> tuple[tuple[str, int], ...]:
@@ -41,10 +46,17 @@ def out_box(g: GemmProgram) -> tuple[tuple[str, int], ...]:
     return tuple((a, box.get(a, 1)) for a in g.out.axes)
 
 
+def tma_roles(g: GemmProgram) -> tuple[str, ...]:
+    """Which of 'a', 'b', 'out' the TMA moves (the rest, threads: gemm_copy)."""
+    return tuple(w for w in ("a", "b", "out") if g.uses_tma(w))
+
+
 def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
-    return (KernelArg(g.a.buffer.name, "tensormap", g.a.dtype, operand_box(g, "a")),
-            KernelArg(g.b.buffer.name, "tensormap", g.b.dtype, operand_box(g, "b")),
-            KernelArg(g.out.name, "tensormap", g.out.dtype, out_box(g)), *plain_args(g))
+    maps = {"a": (g.a.buffer.name, g.a.dtype, operand_box(g, "a")),
+            "b": (g.b.buffer.name, g.b.dtype, operand_box(g, "b")),
+            "out": (g.out.name, g.out.dtype, out_box(g))}
+    return tuple(KernelArg(name, "tensormap", dt, box)
+                 for name, dt, box in (maps[w] for w in tma_roles(g))) + tuple(plain_args(g))
 
 
 def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
@@ -66,7 +78,9 @@ def emit_gemm_llvm_ir(g: GemmProgram, entry: str) -> str:
 
 class _GemmEmitter(KernelEmitter):
     def __init__(self, g: GemmProgram, entry: str):
-        super().__init__(g, entry, ("a", "b", "out"), 1024)
+        super().__init__(g, entry, tma_roles(g), 1024)
+        self.tma_in = [w for w in ("a", "b") if g.uses_tma(w)]
+        self.copied = [w for w in ("a", "b") if not g.uses_tma(w)]
         self._body()
 
     def tmap(self, name):
@@ -86,10 +100,13 @@ class _GemmEmitter(KernelEmitter):
         tid = self.sreg("tid.x")
         k_tiles = b.sdiv(b.add(self.size(g.k), L.i32(g.tile_k - 1)), L.i32(g.tile_k))
         with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
+            # A full stage: the TMA thread's arrival with its bytes, and one arrival per
+            # producer thread once its own copies have landed.
+            arrivals = (1 if self.tma_in else 0) + (128 if self.copied else 0)
             for s in range(g.stages):
-                P.mbarrier_init(b, self.full[s], 1)
+                P.mbarrier_init(b, self.full[s], arrivals)
                 P.mbarrier_init(b, self.empty[s], g.consumers)
-            for name in ("a", "b", "out"):
+            for name in tma_roles(g):
                 P.prefetch_tensormap(b, self.tmap(name))
             P.fence_barrier_init(b)
         self.intr.call(b, "llvm.nvvm.barrier0", ir.VoidType(), [])
@@ -97,9 +114,12 @@ class _GemmEmitter(KernelEmitter):
         with b.if_else(b.icmp_unsigned("==", warpgroup, L.i32(0))) as (producer, consumer):
             with producer:
                 if g.consumers > 1:
-                    P.setmaxnreg(b, PRODUCER_REGS, False)
-                with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
-                    self._produce(k_tiles)
+                    P.setmaxnreg(b, self._producer_regs(), False)
+                if self.copied:                      # every producer thread copies
+                    self._produce(k_tiles, tid)
+                else:                                # one thread drives the TMA
+                    with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
+                        self._produce(k_tiles, tid)
             with consumer:
                 if g.consumers > 1:
                     P.setmaxnreg(b, self._consumer_regs(), True)
@@ -124,8 +144,11 @@ class _GemmEmitter(KernelEmitter):
             return body(state)
         return loop(b, self.fn, count, carried, one)
 
+    def _producer_regs(self) -> int:
+        return COPY_PRODUCER_REGS if self.copied else PRODUCER_REGS
+
     def _consumer_regs(self) -> int:
-        spare = 65536 - 128 * PRODUCER_REGS
+        spare = 65536 - 128 * self._producer_regs()
         return min(256, spare // (128 * self.g.consumers) // 8 * 8)
 
     def _k_range(self, k_tiles):
@@ -144,9 +167,13 @@ class _GemmEmitter(KernelEmitter):
                 for a, _ in reversed(axes_box)]
 
     # ---- producer ------------------------------------------------------------------
-    def _produce(self, k_tiles) -> None:
+    def _produce(self, k_tiles, tid) -> None:
         g, b = self.g, self.b
         a_bytes = g.tile_m * g.tile_k * g.a.dtype.itemsize
+        offsets = {"a": 0, "b": a_bytes}
+        tma_bytes = sum(getattr(g, f"tile_{'m' if w == 'a' else 'n'}") * g.tile_k
+                        * g.a.dtype.itemsize for w in self.tma_in)
+        registers = any(getattr(g, f"{w}_access") < 4 for w in self.copied)
 
         def step(kt, carried):
             stage, phase, issued = carried
@@ -156,10 +183,21 @@ class _GemmEmitter(KernelEmitter):
                 # the consumers' release of this stage's previous use
                 P.mbarrier_wait(b, b.add(self.empty[0], b.mul(stage, L.i32(8))),
                                 b.xor(phase, L.i32(1)))
-            P.mbarrier_expect_tx(b, full, g.stage_bytes)
             dst = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
-            self._load_operand("a", dst, k0, self.m0, g.tile_m, full)
-            self._load_operand("b", b.add(dst, L.i32(a_bytes)), k0, self.n0, g.tile_n, full)
+            if self.tma_in:
+                with b.if_then(b.icmp_unsigned("==", tid, L.i32(0))):
+                    P.mbarrier_expect_tx(b, full, tma_bytes)
+                    for w in self.tma_in:
+                        self._load_operand(w, b.add(dst, L.i32(offsets[w])), k0,
+                                           self.m0 if w == "a" else self.n0,
+                                           g.tile_m if w == "a" else g.tile_n, full)
+            for w in self.copied:
+                self._copy(w, tid).issue(k0, b.add(dst, L.i32(offsets[w])))
+            if self.copied and registers:     # stores done; cp.async ones too, then say so
+                MMA.cp_async_wait(b, 0)
+                P.mbarrier_arrive_if(b, full, L.i32(1))
+            elif self.copied:                 # the barrier hears when the copies land
+                P.mbarrier_arrive_on_copies(b, full)
             return self._advance(stage, phase) + [b.add(issued, L.i32(1))]
         def tile(state):
             self.k_first, count = self._k_range(k_tiles)
@@ -171,6 +209,24 @@ class _GemmEmitter(KernelEmitter):
         wrap = b.icmp_unsigned("==", stage, L.i32(self.g.stages - 1))
         return [b.select(wrap, L.i32(0), b.add(stage, L.i32(1))),
                 b.select(wrap, b.xor(phase, L.i32(1)), phase)]
+
+    def _copy(self, which: str, tid) -> TileCopy:
+        """This producer thread's chunks of an operand the TMA cannot address, laid out in
+        the stage exactly as the TMA's 128-byte swizzle would put them."""
+        g, b = self.g, self.b
+        op = g.a if which == "a" else g.b
+        rows_axis, row0, rows = (g.m, self.m0, g.tile_m) if which == "a" else \
+            (g.n, self.n0, g.tile_n)
+        lines = SWIZZLE_BYTES // 16                   # 16-byte chunks per swizzle row
+
+        def dst(row, chunk):
+            box = b.udiv(chunk, L.i32(lines))          # MN-major: 64-wide column boxes
+            within = b.xor(b.urem(chunk, L.i32(lines)), b.urem(row, L.i32(8)))
+            return b.add(b.mul(box, L.i32(g.tile_k * SWIZZLE_BYTES)),
+                         b.add(b.mul(row, L.i32(SWIZZLE_BYTES)), b.shl(within, L.i32(4))))
+        row_bytes = SWIZZLE_BYTES if op.k_major else rows * op.dtype.itemsize
+        return TileCopy(self, op, rows_axis, row0, rows, row_bytes, tid, 128,
+                        getattr(g, f"{which}_access"), dst, COPY_IN_FLIGHT)
 
     def _load_operand(self, which, dst, k0, row0, rows, bar) -> None:
         g, b = self.g, self.b
@@ -222,6 +278,8 @@ class _GemmEmitter(KernelEmitter):
             stage_base = b.add(self.base, b.mul(stage, L.i32(g.stage_bytes)))
             full = b.add(self.full[0], b.mul(stage, L.i32(8)))
             P.mbarrier_wait(b, full, phase)
+            if self.copied:         # threads' copies, seen by wgmma's (async) proxy
+                P.fence_async_shared(b)
             P.wgmma_fence(b)
             for kk in range(g.tile_k // k_step):
                 da, db = self._descriptors(stage_base, consumer, kk)
@@ -245,9 +303,10 @@ class _GemmEmitter(KernelEmitter):
             self._epilogue(acc, consumer, thread)
             return final[:2]
         self._for_each_tile([L.i32(0), L.i32(0)], tile)
-        with b.if_then(b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread),
-                                       L.i32(0))):
-            P.tma_store_wait(b)
+        if g.uses_tma("out"):
+            with b.if_then(b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread),
+                                           L.i32(0))):
+                P.tma_store_wait(b)
 
     def _previous(self, stage):
         b = self.b
@@ -258,6 +317,9 @@ class _GemmEmitter(KernelEmitter):
     def _epilogue(self, acc, consumer, thread) -> None:
         """Epilogue ops per accumulator, the output tile to shared memory, one TMA store."""
         g, b = self.g, self.b
+        if not g.uses_tma("out"):
+            self._store_direct(acc, consumer, thread)
+            return
         consumers = 128 * g.consumers
         issuer = b.icmp_unsigned("==", b.add(b.mul(consumer, L.i32(128)), thread), L.i32(0))
         with b.if_then(issuer):               # the last tile's store has read its smem
@@ -293,6 +355,37 @@ class _GemmEmitter(KernelEmitter):
                 P.tma_store(b, self.tmap("out"), self._coords(box, at),
                             b.add(self.out_smem, L.i32(q * g.tile_m * SWIZZLE_BYTES)))
             P.tma_store_commit(b)
+
+    def _store_direct(self, acc, consumer, thread) -> None:
+        """The epilogue stored from registers, element pairs (or single elements where the
+        output's rows do not keep pairs aligned) predicated on the output's bounds."""
+        g, b = self.g, self.b
+        warp, lane = b.lshr(thread, L.i32(5)), b.and_(thread, L.i32(31))
+        row = b.add(self.m0, b.add(b.mul(consumer, L.i32(64)),
+                                   b.add(b.mul(warp, L.i32(16)), b.lshr(lane, L.i32(2)))))
+        col = b.add(self.n0, b.mul(b.and_(lane, L.i32(3)), L.i32(2)))
+        index = {g.m: row, g.n: col, **self.batch_index}
+        epi = EpilogueEmitter(self, index, (g.m, g.n))
+        st = strides(self, g.out.axes)
+        start = ir.Constant(L.I64, 0)
+        for axis in g.out.axes:
+            start = b.add(start, b.mul(b.zext(index[axis], L.I64), st[axis]))
+        base = self.args[("buffer", g.out.name)]
+        es = g.out.dtype.itemsize
+        pieces = [slice(0, 2)] if g.out_access >= 2 * es else [slice(0, 1), slice(1, 2)]
+        for half in (0, 1):                        # rows +0 and +8 of this thread
+            row_in = b.icmp_signed("<", b.add(row, L.i32(8 * half)), self.size(g.m))
+            row_at = b.add(start, b.mul(ir.Constant(L.I64, 8 * half), st[g.m]))
+            for j in range(g.tile_n // 8):
+                bits = [epi.value(acc[4 * j + 2 * half + e], {g.m: 8 * half, g.n: 8 * j + e})
+                        for e in (0, 1)]
+                for e, piece in enumerate(pieces):
+                    c = 8 * j + e
+                    inside = b.and_(row_in, b.icmp_signed("<", b.add(col, L.i32(c)),
+                                                          self.size(g.n)))
+                    ptr = b.gep(base, [b.mul(b.add(row_at, ir.Constant(L.I64, c)),
+                                             ir.Constant(L.I64, es))])
+                    asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits[piece], g.out.dtype)
 
     def _store_pair(self, addr, bits, es) -> None:
         b = self.b

@@ -48,6 +48,12 @@ def mbarrier_arrive_if(b, bar, pred) -> None:
          "r,r,~{memory}", [bar, pred])
 
 
+def mbarrier_arrive_on_copies(b, bar) -> None:
+    """Arrive once this thread's cp.async copies so far have landed (the barrier's count
+    includes this arrival: .noinc)."""
+    _asm(b, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", "r,~{memory}", [bar])
+
+
 # ---- the tensor memory accelerator ----------------------------------------------------
 
 def tma_load(b, dst, tmap, coords: list, bar) -> None:

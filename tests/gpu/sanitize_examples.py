@@ -22,7 +22,7 @@ from plait.runtime.loading import load_algorithm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ODD = {"M": 67, "N": 328, "K": 136, "B": 3}      # not tile multiples; 16-byte bf16 rows
-UNALIGNED = {"M": 37, "N": 301, "K": 129, "B": 2}   # rows off the TMA's 16 bytes: generic
+UNALIGNED = {"M": 37, "N": 301, "K": 129, "B": 2}   # rows off the TMA's 16 bytes: threads copy
 
 
 def _inputs(algo, sizes, rng):

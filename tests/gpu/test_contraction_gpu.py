@@ -27,10 +27,10 @@ def rand(gen, *shape, dtype=torch.bfloat16, scale=1.0):
     return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
 
 
-def on_tensor_cores(algo, args: dict, sizes, schedule=None):
+def on_tensor_cores(algo, args: dict, sizes, schedule=None, target="sm_90a"):
     dtypes = {k: DT[v.dtype] for k, v in args.items() if isinstance(v, torch.Tensor)}
-    program = plait_compile(algo, dtypes, sizes, schedule=schedule)
-    return any(a.kind == "tensormap" for k in program.kernels for a in k.args)
+    program = plait_compile(algo, dtypes, sizes, schedule=schedule, target=target)
+    return any("wgmma" in k.ptx or "mma.sync" in k.ptx for k in program.kernels)
 
 
 def check(out, ref, tol):
@@ -121,12 +121,52 @@ def test_batched():
     check(out, a.double() @ b.double(), TOL[torch.bfloat16])
 
 
-def test_unaligned_rows_run_generically():
-    """K = 77 bf16 rows are 154 bytes, which the TMA cannot address: the generic path runs."""
-    M, N, K = 129, 65, 77
-    gen = torch.Generator(device="cuda").manual_seed(17)
+# Rows the TMA cannot address (not whole 16-byte units): K, N or both ragged, every
+# storage order; threads copy them in 8-, 4- or 2-byte pieces and the output is stored
+# from registers.
+EVERY_SHAPE = [(129, 65, 77), (257, 136, 209), (300, 135, 208), (1000, 3001, 777),
+               (64, 8, 5), (3, 517, 1030), (517, 3, 66)]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name", sorted(["matmul", "mm_nt", "mm_tn", "mm_out_t"]))
+@pytest.mark.parametrize("shape", EVERY_SHAPE)
+def test_every_shape_on_tensor_cores(shape, name, target):
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(M + 5 * N + 7 * K)
     a, b = rand(gen, M, K), rand(gen, K, N)
-    assert not on_tensor_cores(matmul, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    args, ref = MMA_CASES[name](a, b)
+    algo = matmul if name == "matmul" else getattr(cc, name)
+    assert on_tensor_cores(algo, args, {"M": M, "N": N, "K": K}, target=target)
+    check(plait.run(algo, **args, target=target), ref, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_every_shape_epilogue_batch_and_split(target):
+    M, N, K = 333, 201, 1031
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    a, b, bias = rand(gen, M, K), rand(gen, K, N), rand(gen, N)
+    out = plait.run(matmul_bias_gelu, a, b, bias, target=target)
+    check(out, torch.nn.functional.gelu(a.double() @ b.double() + bias.double()), 2e-2)
+    a3, b3 = rand(gen, 3, M, K), rand(gen, 3, K, N)
+    check(plait.run(bmm, a3, b3, target=target), a3.double() @ b3.double(), 2e-2)
+    if target == "sm_90a":
+        schedule = {"algorithm": "matmul_bias_gelu", "contraction": {"split_k": 3}}
+        out = plait.run(matmul_bias_gelu, a, b, bias, schedule=schedule)
+        check(out, torch.nn.functional.gelu(a.double() @ b.double() + bias.double()), 2e-2)
+
+
+def test_every_shape_fp8_and_misaligned_addresses():
+    """fp8 rows of 2-byte pieces, and operands whose base is 2 bytes off 16: all on
+    tensor cores, none through the TMA."""
+    M, N, K = 257, 135, 146
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    a = rand(gen, M, K, dtype=torch.float8_e4m3fn)
+    b = rand(gen, N, K, dtype=torch.float8_e4m3fn)
+    assert on_tensor_cores(matmul_fp8, {"a": a, "b": b}, {"M": M, "N": N, "K": K})
+    check(plait.run(matmul_fp8, a, b), a.double() @ b.double().t(), TOL[torch.float8_e4m3fn])
+    a16, b16 = rand(gen, M * 64 + 1), rand(gen, 64 * 136 + 1)
+    a, b = a16[1:].view(M, 64), b16[1:].view(64, 136)      # 2-byte aligned bases
     check(plait.run(matmul, a, b), a.double() @ b.double(), TOL[torch.bfloat16])
 
 
