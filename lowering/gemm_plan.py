@@ -27,16 +27,8 @@ from .gemm_copy import access_width
 from .target import get_target
 from .tile import TileOp, TileProgram, format_op
 
-SMEM_LIMIT = 227 * 1024         # opt-in shared memory per block on sm_90
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2", DType.FP32: "tf32"}
-# Per target: the instructions it has, the first being the default, and the defaults of
-# the contraction schedule (tiles are chosen per size where the schedule gives none).
-# mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
-_MMA_SYNC = ContractionSchedule(stages=3, raster=8, instruction="mma_sync")
-DEFAULTS = {"sm_90a": ContractionSchedule(stages=4, raster=8, instruction="wgmma",
-                                          persistent=True),
-            "sm_90": _MMA_SYNC, "sm_89": _MMA_SYNC, "sm_86": _MMA_SYNC, "sm_80": _MMA_SYNC}
 
 
 class NotAGemm(Exception):
@@ -282,10 +274,9 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
     (or the target has none), PlaitError when the schedule asks for what cannot be.
     `derived`: (axis, elements per index) of the compiler's axes, e.g. split-K ranges."""
-    if target not in DEFAULTS:
-        raise NotAGemm(f"no tensor-core lowering for {target} yet")
-    sched = DEFAULTS[target].merged(schedule)
-    if sched.instruction not in get_target(target).instructions:
+    spec = get_target(target)
+    sched = spec.contraction.merged(schedule)
+    if sched.instruction not in spec.instructions:
         raise PlaitError(f"kernel {tile.name}: contraction.instruction: {sched.instruction} is "
                          f"not available on {target} (it has {', '.join(get_target(target).instructions)})")
     r = find_roles(tile, sizes)
@@ -296,7 +287,8 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     if r.split and sched.instruction != "wgmma":
         raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
     from .gemm_tiles import TILERS
-    tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction")
+    tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction",
+                                       spec)
     plan = GemmProgram(
         tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
         *tiling, sched.raster, r.total, r.factors,
@@ -306,12 +298,12 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         dict(derived)[r.split] if r.split else 0, *access)
     if schedule is None or schedule.stages is None:
         # Stages left to the compiler: as many of the default as fit beside the rest.
-        while plan.shared_bytes > SMEM_LIMIT and plan.stages > 2:
+        while plan.shared_bytes > spec.shared_per_block and plan.stages > 2:
             plan = replace(plan, stages=plan.stages - 1)
-    if plan.shared_bytes > SMEM_LIMIT:
+    if plan.shared_bytes > spec.shared_per_block:
         raise PlaitError(f"kernel {tile.name}: contraction: {plan.stages} stages of "
                          f"{plan.stage_bytes} bytes need {plan.shared_bytes} bytes of shared "
-                         f"memory; the limit is {SMEM_LIMIT}")
+                         f"memory; {target} has {spec.shared_per_block} a block")
     return plan
 
 

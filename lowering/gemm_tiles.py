@@ -59,11 +59,10 @@ def auto_split_k(m: int, n: int, k: int, batch: int) -> int:
     return max(1, min(SPLIT_K_MAX, SMS // blocks, k // SPLIT_K_MIN_RANGE))
 
 
-REGISTER_FILE = 64 * 1024     # 32-bit registers per SM, all of them one block's at most
 ACC_HEADROOM = 32             # registers a consumer thread needs besides its accumulators (measured: 192x192 assembles in 128)
 
 
-def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
+def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str, spec):
     es = r.a.dtype.itemsize
     if es != 2 and not (r.a.k_major and r.b.k_major):
         from .gemm_plan import NotAGemm
@@ -88,10 +87,10 @@ def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
     if not 1 <= consumers <= 3:
         raise PlaitError(f"{where}.warpgroups: {consumers}; 1 to 3 consumer warpgroups fit "
                          "beside the producer in 512 threads")
-    # The register file (64K) over every thread of the block: each consumer thread needs
+    # The register file (64K words) over every thread of the block: each consumer thread needs
     # its accumulators plus about 32 for addresses, descriptors and the epilogue, or ptxas
     # fails with 'insufficient registers' (192x256 bf16: 128 accumulators of 128 a thread).
-    per_thread = REGISTER_FILE // (128 * (consumers + 1))
+    per_thread = spec.registers_per_sm // (128 * (consumers + 1))
     if tn // 2 + ACC_HEADROOM > per_thread:
         raise PlaitError(f"{where}.tile: {tm}x{tn} gives each of {consumers} consumer "
                          f"warpgroups' threads {tn // 2} accumulators, but {consumers + 1} "
@@ -105,7 +104,6 @@ def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str):
 # Block tiles (rows, columns, relative efficiency) for mma.sync. The efficiencies are
 # first guesses (bigger warp tiles reuse more of each ldmatrix), not yet measured.
 MMA_TILES = ((128, 256, 1.0), (128, 128, 0.85), (64, 128, 0.6), (64, 64, 0.4))
-MMA_SMEM_LIMIT = 163 * 1024     # opt-in shared memory per block on sm_80 (sm_86/89: 99 KiB)
 MMA_K = 16                      # k of one mma.sync.m16n8k16
 
 
@@ -123,8 +121,8 @@ def warp_grid(tm: int, tn: int, warps: int) -> tuple[int, int] | None:
     return None if best is None else best[1:]
 
 
-def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str):
-    """For mma_sync, `consumers` counts warps: 4 per warpgroup when the schedule gives
+def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str, spec):
+    """`spec`: the target's table entry. For mma_sync, `consumers` counts warps: 4 per warpgroup when the schedule gives
     `warpgroups`, otherwise one per 64x64 of the tile (4 to 8)."""
     es = r.a.dtype.itemsize
     if es != 2:
@@ -161,9 +159,10 @@ def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str):
         raise PlaitError(f"{where}.stages: {sched.stages}; the cp.async pipeline needs 2 or "
                          "more stages")
     smem = sched.stages * (tm + tn) * tk * es
-    if smem > MMA_SMEM_LIMIT:
+    if smem > spec.shared_per_block:
         raise PlaitError(f"{where}.stages: {sched.stages} stages of {tm}+{tn} rows x {tk} "
-                         f"need {smem} bytes of shared memory; sm_80 has {MMA_SMEM_LIMIT}")
+                         f"need {smem} bytes of shared memory; {spec.name} has "
+                         f"{spec.shared_per_block} a block")
     return tm, tn, tk, sched.stages, warps
 
 

@@ -21,7 +21,6 @@ from plait.schedule.validate import validate
 from . import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .gemm_emulate import run_gemm_program
-from .gemm_plan import DEFAULTS as TENSOR_CORE_TARGETS
 from .gemm_plan import GemmProgram, NotAGemm, plan_gemm
 from .kernels import KernelGraph, build_kernel_graph
 from .layout import make_layout
@@ -55,8 +54,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     if schedule is not None:   # ranges hold on every path, not only through plait.run
         validate(schedule)
     policy = resolve(schedule.dtypes if schedule is not None else None)
-    tensor_cores = TENSOR_CORE_TARGETS[target].instruction if target in TENSOR_CORE_TARGETS \
-        else None
+    tensor_cores = get_target(target).contraction.instruction
     generic: dict[str, str] = {}
     while True:
         kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic,

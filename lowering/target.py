@@ -1,7 +1,8 @@
 """The target table: one entry per GPU architecture the backend can compile for.
 
-Every per-target fact the lowering plans around lives here (shared memory, the PTX
-version, the tensor-core instructions), so that a new target is one entry. A name
+Every per-target fact the compiler plans around lives here (shared memory per block and
+per SM, registers, SMs, the PTX version, the tensor-core instructions, the contraction
+defaults, the schedule lookup's fallbacks), so that a new target is one entry. A name
 outside the table is refused with the list of those it has:
 
     >>> get_target("sm_75")
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
+from plait.schedule.contraction import ContractionSchedule
 
 DEFAULT_TARGET = "sm_90a"    # what the CPU path and ahead-of-time compiles assume without a GPU
 
@@ -23,18 +25,33 @@ class Target:
     name: str
     ptx_feature: str                   # the PTX ISA version LLVM writes (`+ptxNN`)
     shared_per_block: int              # opt-in shared memory one block may have, bytes
+    shared_per_sm: int                 # shared memory of one SM, bytes
+    sms: int                           # SMs the lowering plans a wave for without a GPU
     instructions: tuple[str, ...]      # tensor-core instructions, the default first
+    fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
+    contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
+    registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
 
 
-# Shared memory per block: sm_80 163 KiB, sm_86/sm_89 99 KiB, sm_90 227 KiB (CUDA
-# programming guide, compute capabilities table). bf16 conversions (cvt.bf16x2) need
-# sm_80, which is why nothing older is listed.
+# mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
+_MMA_SYNC = ContractionSchedule(stages=3, raster=8, instruction="mma_sync")
+_WGMMA = ContractionSchedule(stages=4, raster=8, instruction="wgmma", persistent=True)
+
+# Shared memory per block / per SM: sm_80 163/164 KiB, sm_86 and sm_89 99/100 KiB, sm_90
+# 227/228 KiB (CUDA programming guide, compute capabilities table). SMs: A100 108, RTX
+# 3090 82, RTX 4090 128, H100 SXM and H200 132. bf16 conversions (cvt.bf16x2) need sm_80,
+# which is why nothing older is listed. An 'a' target is nobody's fallback: its code
+# (wgmma, setmaxnreg) runs on that GPU alone.
 TARGETS = {t.name: t for t in (
-    Target("sm_80", "+ptx74", 163 * 1024, ("mma_sync",)),
-    Target("sm_86", "+ptx74", 99 * 1024, ("mma_sync",)),
-    Target("sm_89", "+ptx78", 99 * 1024, ("mma_sync",)),
-    Target("sm_90", "+ptx78", 227 * 1024, ("mma_sync",)),
-    Target("sm_90a", "+ptx80", 227 * 1024, ("wgmma", "mma_sync")),
+    Target("sm_80", "+ptx74", 163 * 1024, 164 * 1024, 108, ("mma_sync",), (), _MMA_SYNC),
+    Target("sm_86", "+ptx74", 99 * 1024, 100 * 1024, 82, ("mma_sync",), ("sm_80",),
+           _MMA_SYNC),
+    Target("sm_89", "+ptx78", 99 * 1024, 100 * 1024, 128, ("mma_sync",),
+           ("sm_86", "sm_80"), _MMA_SYNC),
+    Target("sm_90", "+ptx78", 227 * 1024, 228 * 1024, 132, ("mma_sync",),
+           ("sm_89", "sm_86", "sm_80"), _MMA_SYNC),
+    Target("sm_90a", "+ptx80", 227 * 1024, 228 * 1024, 132, ("wgmma", "mma_sync"),
+           ("sm_90", "sm_89", "sm_86", "sm_80"), _WGMMA),
 )}
 
 

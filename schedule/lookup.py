@@ -23,7 +23,6 @@ from .loader import load_schedule
 from .model import Schedule
 from .validate import validate
 
-FALLBACK = ("sm_90a", "sm_90", "sm_89", "sm_86", "sm_80")
 SUFFIXES = (".yaml", ".yml")
 _ARCH = re.compile(r"sm_(\d+)(a?)$")
 
@@ -45,13 +44,17 @@ def _rank(arch: str) -> tuple[int, bool]:
 
 
 def arch_chain(arch: str) -> tuple[str, ...]:
-    """`arch`, then the FALLBACK entries at or below it.
+    """`arch`, then its fallbacks: the target table's (lowering/target.py) for a target
+    plait compiles for; for another arch (a newer GPU), every target at or below it.
 
     An 'a' entry is never a fallback: sm_90a code (wgmma) runs on no other GPU.
     """
+    from plait.lowering.target import TARGETS
     number, _ = _rank(arch)
-    below = [a for a in FALLBACK
-             if a != arch and not _rank(a)[1] and _rank(a)[0] <= number]
+    if arch in TARGETS:
+        return (arch, *TARGETS[arch].fallbacks)
+    below = sorted((a for a in TARGETS if not _rank(a)[1] and _rank(a)[0] <= number),
+                   key=lambda a: -_rank(a)[0])
     return (arch, *below)
 
 
