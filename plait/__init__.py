@@ -32,4 +32,11 @@ def run(algo, *args, **kwargs):
     return _run(algo, *args, **kwargs)
 
 
-__all__ = ["PlaitError", "Tensor", "algorithm", "dsl", "run"]
+def compile(algo, like, schedule=None, device: str = "auto", target: str | None = None,
+            **scalars):
+    """A compiled handle for arrays shaped like `like`; see plait.runtime.compiled.compile."""
+    from plait.runtime.compiled import compile as _compile
+    return _compile(algo, like, schedule=schedule, device=device, target=target, **scalars)
+
+
+__all__ = ["PlaitError", "Tensor", "algorithm", "compile", "dsl", "run"]
