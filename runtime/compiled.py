@@ -24,7 +24,7 @@ import threading
 from plait.dsl.errors import PlaitError
 from plait.dsl.reference import bind_sizes
 
-from . import arrays, binding
+from . import arrays, binding, driver   # driver imports cuda-bindings only when used
 
 _RAW_STREAM: list = []       # torch's current-raw-stream function, looked up once
 
@@ -97,6 +97,9 @@ class Compiled:
         self._tensors_first = self._param_names[:len(self.names)] == self.names
         self.defaults = _scalar_defaults(algo)
         self._lock = threading.Lock()
+        self._packed_scalars = self.scalars     # what the kernel parameters hold now
+        self._single = self.outputs[0] if self.outputs == ["out"] else None
+        self._torch_fast = False
         self.program = None
         self.aligned = all(info.aligned or not info.on_device for info in infos.values())
         if self.gpu:
@@ -120,8 +123,7 @@ class Compiled:
         return api.gpu_target(self.device_index)
 
     def _prepare_gpu(self, api, infos) -> None:
-        from . import driver
-        from .packing import PackedArgs
+        from . import packing
         self.program = api.get_program(self.graph, self.schedule, self.sizes, self.aligned,
                                        self.target)
         full = self.program.complete_sizes(self.sizes)
@@ -135,6 +137,7 @@ class Compiled:
         if missing:
             raise PlaitError(f"the compiled program writes no buffer for output(s) {missing}")
         self._input_slots = [slots.get(n) for n in self.names]
+        self._reads = [(i, slot) for i, slot in enumerate(self._input_slots) if slot is not None]
         self._allocs = [(i, b.name, b.shape(full), b.dtype, b.zero)
                         for i, b in enumerate(buffers) if b.role != "input"]
         self._pointers = [0] * len(buffers)
@@ -147,7 +150,7 @@ class Compiled:
             grid, block = driver.check_launch(
                 kernel.blocks(full, sms if kernel.persistent else None), kernel.threads,
                 kernel.name)
-            packed = PackedArgs(kernel, full, self.scalars, slots)
+            packed = packing.PackedArgs(kernel, full, self.scalars, slots)
             self._launches.append((func, grid, block, int(kernel.dynamic_shared), packed,
                                    kernel.name))
         self._sync_each = bool(os.environ.get("PLAIT_SYNC"))   # debugging: find the fault
@@ -229,28 +232,42 @@ class Compiled:
 
     def call(self, values: list, scalars: dict | None = None):
         """Run on tensors given in the order of the algorithm's tensor parameters."""
+        if self._torch_fast:              # the hot path: torch tensors on the GPU
+            try:
+                same = list(map(torch_signature, values)) == self._built_for
+            except AttributeError:        # not a tensor
+                same = False
+            if not same:
+                self._check(values)       # raises, naming the argument
+            with self._lock:              # the packed parameters are shared state
+                made = self._launch_torch(values, scalars)
+            return made[self._single] if self._single else \
+                binding.package_outputs(self.outputs, made)
         self._check(values)
         if not self.gpu:
             return self._run_cpu(values, scalars)
-        with self._lock:                  # the packed parameters are shared state
-            if self._torch_fast:
-                made = self._launch_torch(values, scalars)
-            else:
-                return self._run_other(values, scalars)
-        return binding.package_outputs(self.outputs, made)
+        with self._lock:
+            return self._run_other(values, scalars)
 
     def _set_scalars(self, scalars) -> None:
-        if scalars:
-            for launch in self._launches:
-                launch[4].set_scalars(scalars)
+        """A call's scalars hold for that call only: the next one without them gets the
+        handle's own values back. Parameters are rewritten only when a value changes."""
+        if scalars and scalars.keys() != self.scalars.keys():
+            scalars = {**self.scalars, **scalars}
+        wanted = scalars or self.scalars
+        if wanted == self._packed_scalars:
+            return
+        for launch in self._launches:
+            launch[4].set_scalars(wanted)
+        self._packed_scalars = wanted
 
     def _launch(self, stream) -> None:
-        from . import driver
         pushed = driver.enter(self.device_index)
         try:
+            pointers, launch = self._pointers, driver.launch_prepared
             for func, grid, block, shared, packed, name in self._launches:
-                packed.set_pointers(self._pointers)
-                driver.launch_prepared(func, grid, block, shared, stream, packed.address, name)
+                packed.set_pointers(pointers)
+                launch(func, grid, block, shared, stream, packed.address, name)
                 if self._sync_each:
                     driver.synchronize(int(stream))
         finally:
@@ -258,14 +275,12 @@ class Compiled:
                 driver.leave()
 
     def _launch_torch(self, values, scalars) -> dict:
-        from . import driver
         pointers = self._pointers
-        for i, (slot, t) in enumerate(zip(self._input_slots, values)):
-            if slot is not None:
-                ptr = t.data_ptr()
-                if self.aligned and ptr & 15:
-                    self._refuse_misaligned(self.names[i], ptr)
-                pointers[slot] = ptr
+        for i, slot in self._reads:
+            ptr = values[i].data_ptr()
+            if ptr & 15 and self.aligned:
+                self._refuse_misaligned(self.names[i], ptr)
+            pointers[slot] = ptr
         made = {}
         device = self._torch_device
         for slot, name, shape, dtype, make in self._torch_allocs:
@@ -284,7 +299,6 @@ class Compiled:
     def _run_other(self, values, scalars):
         """numpy host arrays (copied over and back), plait DeviceArrays, CuPy and other
         __cuda_array_interface__ arrays: the general path, with the same packed launch."""
-        from . import driver
         infos = [arrays.describe(n, v) for n, v in zip(self.names, values)]
         owned, made = [], {}
         pointers = self._pointers

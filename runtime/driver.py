@@ -101,7 +101,8 @@ def _init():
         except CudaError as e:
             _state["error"] = e
             raise
-        _state.update(drv=drv, device=device, context=context, count=int(count))
+        _state.update(drv=drv, device=device, context=context, count=int(count),
+                      success=drv.CUresult.CUDA_SUCCESS)
         _devices[0] = (device, context, int(context))
         return _state
 
@@ -125,13 +126,21 @@ def _device(index: int) -> tuple[object, object, int]:
 
 def enter(index: int) -> bool:
     """Make device `index`'s primary context current for what follows; True when the caller
-    must `leave()` afterwards (another context was current and has to come back)."""
-    drv = _init()["drv"]          # not _ready(): that would make device 0 current for good
-    _, ctx, address = _device(index)
-    current = _check(drv, drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if current is not None and int(current) == address:
+    must `leave()` afterwards (another context was current and has to come back).
+    Called per launch, so the common case is one driver call and no lock."""
+    hit = _devices.get(index)
+    if hit is None:
+        _init()                   # not _ready(): that would make device 0 current for good
+        hit = _device(index)
+    _, ctx, address = hit
+    drv = _state["drv"]
+    err, current = drv.cuCtxGetCurrent()
+    if err != _state["success"]:
+        _check(drv, (err,), "cuCtxGetCurrent")
+    now = int(current) if current is not None else 0
+    if now == address:
         return False
-    if current is None or int(current) == 0:       # this thread had none: keep ours
+    if now == 0:                  # this thread had none: keep ours
         _check(drv, drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         return False
     _check(drv, drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
@@ -344,7 +353,7 @@ def launch_prepared(func, grid: tuple, block: tuple, shared: int, stream, params
     drv = _state["drv"]
     err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                              shared, stream, params, 0)[0]
-    if err != drv.CUresult.CUDA_SUCCESS:
+    if err != _state["success"]:
         _check(drv, (err,), f"launching {grid[0]}x{grid[1]}x{grid[2]} blocks of "
                f"{block[0] * block[1] * block[2]} threads (cuLaunchKernel)", kernel)
 

@@ -10,3 +10,13 @@ def fresh_run_handles():
     api.clear_run_cache()
     yield
     api.clear_run_cache()
+
+
+@pytest.fixture
+def rng():
+    import secrets
+
+    import numpy as np
+    seed = secrets.randbits(32)
+    print(f"random seed: {seed}")   # shown with a failing test's captured output
+    return np.random.default_rng(seed)
