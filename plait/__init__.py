@@ -39,4 +39,11 @@ def compile(algo, like, schedule=None, device: str = "auto", target: str | None 
     return _compile(algo, like, schedule=schedule, device=device, target=target, **scalars)
 
 
-__all__ = ["PlaitError", "Tensor", "algorithm", "compile", "dsl", "run"]
+def torch_op(algo, name=None, wrt=None, schedule=None, grad_schedule=None, save=None):
+    """`algo` registered as a torch custom op; see plait.runtime.torch_op.torch_op."""
+    from plait.runtime.torch_op import torch_op as _torch_op
+    return _torch_op(algo, name=name, wrt=wrt, schedule=schedule, grad_schedule=grad_schedule,
+                     save=save)
+
+
+__all__ = ["PlaitError", "Tensor", "algorithm", "compile", "dsl", "run", "torch_op"]
