@@ -179,14 +179,15 @@ def _ready():
 
 
 def require_gpu() -> None:
-    """Raise the CudaError saying why there is no usable GPU; return quietly when there is one."""
-    _ready()
+    """Raise the CudaError saying why there is no usable GPU; return quietly when there is one.
+    (Makes no context current: torch's current device stays what it was.)"""
+    _init()
 
 
 def gpu_available() -> bool:
     """Whether a CUDA GPU can be used; False (never an exception) without driver or device."""
     try:
-        _ready()
+        _init()
         return True
     except Exception:
         return False
@@ -202,7 +203,7 @@ def device_count() -> int:
 
 def device_capability(index: int = 0) -> tuple[int, int]:
     """Compute capability (major, minor) of a device, e.g. (9, 0) on an H200."""
-    drv = _ready() if index == 0 else _init()["drv"]
+    drv = _init()["drv"]             # attributes need no current context
     dev = _device(index)[0]
     attr = drv.CUdevice_attribute
     major = _check(drv, drv.cuDeviceGetAttribute(
@@ -214,7 +215,7 @@ def device_capability(index: int = 0) -> tuple[int, int]:
 
 def device_attribute(name: str, index: int = 0) -> int:
     """Any CU_DEVICE_ATTRIBUTE_<name> of a device (e.g. 'MULTIPROCESSOR_COUNT')."""
-    drv = _ready() if index == 0 else _init()["drv"]
+    drv = _init()["drv"]
     attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name)
     return int(_check(drv, drv.cuDeviceGetAttribute(attr, _device(index)[0]),
                       f"cuDeviceGetAttribute({name})"))
@@ -414,8 +415,10 @@ _TENSOR_MAP_TYPES = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32",
 def encode_tensor_map(ptr: int, dtype, dims: tuple[int, ...], strides: tuple[int, ...],
                       box: tuple[int, ...], kernel: str | None = None) -> bytes:
     """cuTensorMapEncodeTiled, innermost dimension first: `dims` in elements, `strides` in
-    bytes for dims[1:], `box` in elements; 128-byte swizzle, zero fill. The map's bytes."""
-    drv = _ready()
+    bytes for dims[1:], `box` in elements; 128-byte swizzle, zero fill. The map's bytes.
+    Host-only encoding: it leaves the current context alone (a launch on another device
+    has pushed its own)."""
+    drv = _init()["drv"]
     if dtype.short not in _TENSOR_MAP_TYPES:
         raise CudaError(f"kernel {kernel}: no tensor map for {dtype} elements")
     kind = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_TYPES[dtype.short])
