@@ -55,26 +55,32 @@ def test_handle_matches_run_and_torch(dtype, tol):
         k(x[:36].contiguous(), w, b)
 
 
+def _uses_tensor_maps(handle) -> bool:
+    return any(a.kind == "tensormap" for k in handle.program.kernels for a in k.args)
+
+
 def test_matmul_handle_with_tensor_maps_follows_new_pointers():
     matmul = _matmul()
     gen = torch.Generator(device="cuda").manual_seed(2)
-    a, b = _rand(gen, 1000, 777, dtype=torch.bfloat16), _rand(gen, 777, 3001,
-                                                               dtype=torch.bfloat16)
+    shapes = ((1000, 776), (776, 3000))      # rows of 16-byte multiples: the TMA path
+    a, b = (_rand(gen, *s, dtype=torch.bfloat16) for s in shapes)
     k = plait.compile(matmul, like=(a, b))
+    assert _uses_tensor_maps(k), "expected a wgmma kernel fed by tensor maps on this GPU"
     for _ in range(4):                         # fresh operands each time: maps re-encoded
-        a, b = _rand(gen, 1000, 777, dtype=torch.bfloat16), _rand(gen, 777, 3001,
-                                                                   dtype=torch.bfloat16)
+        a, b = (_rand(gen, *s, dtype=torch.bfloat16) for s in shapes)
         _close(k(a, b), a.double() @ b.double(), 1.5e-2)
+    _close(k(a, b), a.double() @ b.double(), 1.5e-2)   # and the same ones again
 
 
 def test_cuda_graph_capture_and_replay():
     layernorm, matmul = _layernorm(), _matmul()
     gen = torch.Generator(device="cuda").manual_seed(3)
     x, w, b = _rand(gen, 67, 1531), _rand(gen, 1531), _rand(gen, 1531)
-    p, q = _rand(gen, 129, 301, dtype=torch.bfloat16), _rand(gen, 301, 515,
+    p, q = _rand(gen, 129, 304, dtype=torch.bfloat16), _rand(gen, 304, 520,
                                                              dtype=torch.bfloat16)
     ln = plait.compile(layernorm, like=(x, w, b))
     mm = plait.compile(matmul, like=(p, q))
+    assert _uses_tensor_maps(mm)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):              # warm up off the capture, as torch advises
@@ -87,7 +93,7 @@ def test_cuda_graph_capture_and_replay():
         y2 = plait.run(layernorm, x, w, b)     # plait.run's cached handle is capturable too
     for _ in range(3):
         x.copy_(_rand(gen, 67, 1531))
-        p.copy_(_rand(gen, 129, 301, dtype=torch.bfloat16))
+        p.copy_(_rand(gen, 129, 304, dtype=torch.bfloat16))
         graph.replay()
         torch.cuda.synchronize()
         _close(y, _ln_ref(x, w, b), 3e-5)
@@ -134,8 +140,8 @@ def test_tensors_on_cuda1_run_on_cuda1():
     _close(y, _ln_ref(x, w, b), 3e-5)
     k = plait.compile(layernorm, like=(x, w, b))
     _close(k(x, w, b), _ln_ref(x, w, b), 3e-5)
-    p = _rand(gen, 300, 129, dtype=torch.bfloat16, device="cuda:1")
-    q = _rand(gen, 129, 515, dtype=torch.bfloat16, device="cuda:1")
+    p = _rand(gen, 300, 136, dtype=torch.bfloat16, device="cuda:1")   # TMA-able rows
+    q = _rand(gen, 136, 520, dtype=torch.bfloat16, device="cuda:1")
     z = plait.run(matmul, p, q)
     assert z.device == p.device
     _close(z, p.double() @ q.double(), 1.5e-2)
