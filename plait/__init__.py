@@ -32,4 +32,18 @@ def run(algo, *args, **kwargs):
     return _run(algo, *args, **kwargs)
 
 
-__all__ = ["PlaitError", "Tensor", "algorithm", "dsl", "run"]
+def compile(algo, like, schedule=None, device: str = "auto", target: str | None = None,
+            **scalars):
+    """A compiled handle for arrays shaped like `like`; see plait.runtime.compiled.compile."""
+    from plait.runtime.compiled import compile as _compile
+    return _compile(algo, like, schedule=schedule, device=device, target=target, **scalars)
+
+
+def torch_op(algo, name=None, wrt=None, schedule=None, grad_schedule=None, save=None):
+    """`algo` registered as a torch custom op; see plait.runtime.torch_op.torch_op."""
+    from plait.runtime.torch_op import torch_op as _torch_op
+    return _torch_op(algo, name=name, wrt=wrt, schedule=schedule, grad_schedule=grad_schedule,
+                     save=save)
+
+
+__all__ = ["PlaitError", "Tensor", "algorithm", "compile", "dsl", "run", "torch_op"]

@@ -1,4 +1,5 @@
 """`plait.run` and `plait.runtime.api.compile`: from arrays to a launched (or emulated) program.
+(`plait.compile(algo, like=...)`, the handle a hot loop calls, is runtime/compiled.py.)
 
     y = plait.run(layernorm, x, w, b)              # numpy, torch or CuPy arrays in, same out
     y = plait.run(layernorm, x, w, b, eps=1e-6, schedule="my_schedules/", device="cpu")
@@ -14,7 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 from pathlib import Path
+
+import numpy as np
 
 from plait.dsl.errors import PlaitError
 from plait.dsl.reference import bind_sizes
@@ -29,7 +33,6 @@ _PROGRAMS_KEPT = 256
 # Per-call fast paths keyed by object identity (the objects are kept alive in the value,
 # so an id is never reused while its entry stands).
 _by_identity: dict[tuple, tuple] = {}
-_handles: dict[int, tuple] = {}
 
 
 # ---------------------------------------------------------------- schedule and device
@@ -107,11 +110,11 @@ def use_gpu(device: str, arrays_on_device: bool) -> bool:
     return driver.gpu_available()
 
 
-def gpu_target() -> str:
+def gpu_target(device: int = 0) -> str:
     from plait.schedule.lookup import arch_of_capability
 
     from . import driver
-    return arch_of_capability(*driver.device_capability())
+    return arch_of_capability(*driver.device_capability(device))
 
 
 # ---------------------------------------------------------------- compiling
@@ -183,16 +186,6 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     return program
 
 
-def _function(kernel):
-    """The loaded CUfunction of a compiled kernel, found without rehashing its PTX."""
-    from . import driver
-    hit = _handles.get(id(kernel))
-    if hit is None or hit[0] is not kernel:
-        hit = (kernel, driver.get_function(kernel.ptx, kernel.entry, kernel.name))
-        _handles[id(kernel)] = hit
-    return hit[1]
-
-
 def compile(algo, dtypes: dict | None = None, sizes: dict[str, int] | None = None,
             schedule=None, target: str = DEFAULT_TARGET):
     """Compile ahead of time (no GPU needed): the Program for these dtypes and axis sizes."""
@@ -208,6 +201,47 @@ def compile(algo, dtypes: dict | None = None, sizes: dict[str, int] | None = Non
 
 # ---------------------------------------------------------------- running
 
+_run_handles: dict[tuple, tuple] = {}   # cheap call key -> (algo, schedule, Compiled)
+_HANDLES_KEPT = 256
+
+
+def _value_key(value):
+    """What decides the compiled handle for one argument, read without building anything;
+    None when there is no cheap answer (the call then binds everything, as without a cache)."""
+    if isinstance(value, (int, float)):
+        return type(value)                    # a scalar: its value is a kernel parameter
+    if isinstance(value, np.ndarray):
+        return (value.dtype, value.shape, value.flags.c_contiguous)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        device = value.get_device()
+        return (value.dtype, value.shape, device, value.is_contiguous(),
+                device < 0 or value.data_ptr() & 15 == 0)
+    return None
+
+
+def _run_key(algo, args, kwargs, schedule, device, target):
+    if isinstance(schedule, dict):            # may be edited in place between calls
+        return None
+    parts = [id(algo), _schedule_key(schedule), device, target, len(args)]
+    for value in args:
+        k = _value_key(value)
+        if k is None:
+            return None
+        parts.append(k)
+    for name, value in kwargs.items():
+        k = _value_key(value)
+        if k is None:
+            return None
+        parts.append((name, k))
+    return tuple(parts)
+
+
+def clear_run_cache() -> None:
+    """Forget the handles plait.run made (tests that swap the compiler call this)."""
+    _run_handles.clear()
+
+
 def run(algo, *args, schedule=None, device: str = "auto", target: str | None = None, **kwargs):
     """Run `algo` on arrays (numpy, torch, CuPy); returns outputs of the same family.
 
@@ -215,23 +249,27 @@ def run(algo, *args, schedule=None, device: str = "auto", target: str | None = N
     `schedule`: a Schedule, a dict, a file, a folder to search, or None to look one up
     for this GPU. `device`: 'auto' (the GPU when there is one), 'cpu' (the CPU
     executor of the lowered program) or 'gpu'. `target` overrides the GPU's arch.
+
+    Each call shape (dtypes, shapes, device, schedule) gets a compiled handle
+    (plait.compile) the first time; later calls find it by a cheap key and only launch.
     """
+    from .compiled import Compiled
+    key = _run_key(algo, args, kwargs, schedule, device, target)
+    hit = _run_handles.get(key) if key is not None else None
+    if hit is not None and hit[0] is algo and (hit[1] is schedule or (
+            isinstance(schedule, (str, os.PathLike)) and hit[1] == schedule)):
+        handle = hit[2]
+        if not kwargs and len(args) == len(handle.names) and handle.defaults is not None:
+            return handle.call(list(args), handle.defaults)
+        tensors, scalars = binding.bind_arguments(algo, args, kwargs)
+        return handle.call(list(tensors.values()), scalars)
     tensors, scalars = binding.bind_arguments(algo, args, kwargs)
-    infos = {name: arrays.describe(name, value) for name, value in tensors.items()}
-    family, on_device = arrays.common_family(list(infos.values()))
-    graph = algo.graph({name: info.dtype for name, info in infos.items()})
-    sizes = bind_sizes(graph, {name: info.shape for name, info in infos.items()})
-    gpu = use_gpu(device, on_device)
-    arch = target or (gpu_target() if gpu else DEFAULT_TARGET)
-    sched = resolve_schedule(algo, schedule, arch, graph)
-    binding.check_graph_dtypes(graph, infos)
-    binding.check_storage(sched, infos)
-    like = next(iter(infos.values()), None)
-    if gpu:
-        values = _run_gpu(graph, sched, sizes, infos, scalars, arch, like)
-    else:
-        values = _run_cpu(graph, sched, sizes, infos, scalars, like, arch)
-    return binding.package_outputs(list(graph.outputs), values)
+    handle = Compiled(algo, tensors, scalars, schedule, device, target)
+    if key is not None:
+        if len(_run_handles) >= _HANDLES_KEPT:
+            _run_handles.pop(next(iter(_run_handles)))
+        _run_handles[key] = (algo, schedule, handle)
+    return handle.call(list(tensors.values()), scalars)
 
 
 def _run_cpu(graph, sched, sizes, infos, scalars, like, target) -> dict:
@@ -240,57 +278,6 @@ def _run_cpu(graph, sched, sizes, infos, scalars, like, target) -> dict:
     inputs = {name: arrays.to_numpy(info) for name, info in infos.items()}
     outs = pipeline.emulate(graph, sched, sizes, inputs, scalars, target)
     return {name: arrays.from_numpy(outs[name], like) for name in graph.outputs}
-
-
-def _run_gpu(graph, sched, sizes, infos, scalars, target, like) -> dict:
-    from . import driver
-    owned = []                    # DeviceArrays of this call, freed at the end
-    pointers: dict[str, int] = {}
-    for name, info in infos.items():
-        if info.on_device:
-            pointers[name] = info.ptr
-        else:                     # host arrays go to fresh (aligned) device buffers
-            copy = arrays.device_copy(info)
-            owned.append(copy)
-            pointers[name] = copy.ptr
-    aligned = all(p % 16 == 0 for p in pointers.values())
-    program = get_program(graph, sched, sizes, aligned, target)
-    full = program.complete_sizes(sizes)
-    on_device = like is not None and like.on_device
-    family = like.family if on_device else "device"
-    stream = like.stream if on_device else 0
-    made: dict[str, object] = {}  # outputs and temporaries, kept alive until launched
-    for buf in program.buffers:
-        if buf.role == "input":
-            if buf.name not in pointers:
-                raise PlaitError(f"the compiled program reads input {buf.name!r}, which "
-                                 f"{graph.name} does not take")
-            continue
-        obj, ptr = arrays.allocate(family, buf.shape(full), buf.dtype, zero=buf.zero,
-                                   like=like, stream=stream)
-        made[buf.name] = obj
-        pointers[buf.name] = ptr
-        if isinstance(obj, arrays.DeviceArray):
-            owned.append(obj)
-    check_each = bool(os.environ.get("PLAIT_SYNC"))   # debugging: find the kernel that faults
-    try:
-        for kernel in program.kernels:
-            func = _function(kernel)
-            args = binding.kernel_arguments(kernel, pointers, full, scalars)
-            sms = driver.multiprocessors() if kernel.persistent else None
-            driver.launch(func, kernel.blocks(full, sms), kernel.threads, args, stream=stream,
-                          shared=kernel.dynamic_shared, kernel=kernel.name)
-            if check_each:
-                driver.synchronize(stream)
-        missing = [n for n in graph.outputs if n not in made]
-        if missing:
-            raise PlaitError(f"the compiled program writes no buffer for output(s) {missing}")
-        if on_device:             # stay asynchronous, as torch and CuPy are
-            return {name: made[name] for name in graph.outputs}
-        driver.synchronize(stream)
-        return {name: arrays.from_numpy(made[name].numpy(), like) for name in graph.outputs}
-    finally:
-        _release(owned, made, graph, stream, on_device)
 
 
 def _release(owned, made, graph, stream, on_device) -> None:

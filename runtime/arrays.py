@@ -130,10 +130,7 @@ def describe(name: str, value) -> ArrayInfo:
 
 def _describe_torch(name: str, t) -> ArrayInfo:
     dtype = _plait_dtype(name, t.dtype, "torch")
-    if t.is_cuda:
-        if t.device.index not in (0, None):
-            raise PlaitError(f"argument {name!r} is on {t.device}; plait runs on cuda:0 for "
-                             "now (set CUDA_VISIBLE_DEVICES to pick the GPU)")
+    if t.is_cuda:            # any GPU: kernels run on the tensor's device (runtime/compiled.py)
         import torch
         stream = torch.cuda.current_stream(t.device).cuda_stream
         return ArrayInfo(name, "torch", dtype, tuple(t.shape), tuple(t.stride()),

@@ -123,6 +123,32 @@ def scalar_parameter(value, dtype: DType) -> tuple[object, type]:
     raise PlaitError(f"no kernel parameter type for a {dtype} scalar")
 
 
+def size_parameter(kernel, axis: str, sizes: dict[str, int]) -> int:
+    """An axis extent as the int32 kernel parameter it travels as (checked)."""
+    if axis not in sizes:
+        raise PlaitError(f"kernel {kernel.name} takes the size of axis {axis!r}, "
+                         f"which is unknown (have: {sorted(sizes)})")
+    extent = int(sizes[axis])
+    if not 0 <= extent < 2**31:
+        raise PlaitError(f"axis {axis} has extent {extent}; kernels index with "
+                         "32-bit integers (at most 2**31 - 1)")
+    return extent
+
+
+def scalar_argument(kernel, arg, scalars: dict[str, float]) -> tuple[object, type]:
+    """(value, ctypes type) of a scalar kernel parameter from the call's scalars."""
+    if arg.name not in scalars:
+        raise PlaitError(f"kernel {kernel.name} takes scalar {arg.name!r}, which the "
+                         f"call does not give (have: {sorted(scalars)})")
+    return scalar_parameter(scalars[arg.name], arg.dtype)
+
+
+def tensormap_geometry(arg, sizes: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(array shape, box), outermost first, of a tensor-map parameter."""
+    return (tuple(int(sizes[axis]) for axis, _ in arg.box),
+            tuple(extent for _, extent in arg.box))
+
+
 def kernel_arguments(kernel, pointers: dict[str, int], sizes: dict[str, int],
                      scalars: dict[str, float]) -> list[tuple[object, type]]:
     """The launch parameters of `kernel`, in its order, from the program's buffers and sizes."""
@@ -134,25 +160,14 @@ def kernel_arguments(kernel, pointers: dict[str, int], sizes: dict[str, int],
                                  f"program does not define (have: {sorted(pointers)})")
             out.append((int(pointers[arg.name]), ctypes.c_void_p))
         elif arg.kind == "size":
-            if arg.name not in sizes:
-                raise PlaitError(f"kernel {kernel.name} takes the size of axis {arg.name!r}, "
-                                 f"which is unknown (have: {sorted(sizes)})")
-            extent = int(sizes[arg.name])
-            if not 0 <= extent < 2**31:
-                raise PlaitError(f"axis {arg.name} has extent {extent}; kernels index with "
-                                 "32-bit integers (at most 2**31 - 1)")
-            out.append((extent, ctypes.c_int32))
+            out.append((size_parameter(kernel, arg.name, sizes), ctypes.c_int32))
         elif arg.kind == "tensormap":
             from .tensormap import tensor_map
-            shape = tuple(int(sizes[axis]) for axis, _ in arg.box)
-            box = tuple(extent for _, extent in arg.box)
+            shape, box = tensormap_geometry(arg, sizes)
             out.append((tensor_map(int(pointers[arg.name]), arg.dtype, shape, box,
                                    kernel.name), None))
         elif arg.kind == "scalar":
-            if arg.name not in scalars:
-                raise PlaitError(f"kernel {kernel.name} takes scalar {arg.name!r}, which the "
-                                 f"call does not give (have: {sorted(scalars)})")
-            out.append(scalar_parameter(scalars[arg.name], arg.dtype))
+            out.append(scalar_argument(kernel, arg, scalars))
         else:
             raise PlaitError(f"kernel {kernel.name}: unknown argument kind {arg.kind!r}")
     return out

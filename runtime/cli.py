@@ -4,6 +4,7 @@
               [--dtype bf16] [--scalar eps=1e-6] [--seed 0] [--target sm_90a]
     plait compile FILE.py[:NAME] [--schedule S] [--target sm_90a] [--dump DIR] [--shape ...]
     plait grad FILE.py[:NAME] [--wrt x,w]
+    plait cache info|list|clear [--dir DIR]
 
 `run` makes seeded random inputs, runs the algorithm and checks it against the
 float64 reference on the same (rounded) inputs; its last line is
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     grad.add_argument("--wrt", default="", metavar="X,W", help="arguments to differentiate "
                       "with respect to (default: every float tensor)")
     grad.set_defaults(func=cmd_grad)
+    cache = sub.add_parser("cache", help="the compile cache: info (location, entries, size, "
+                           "compiler fingerprint), list, clear")
+    cache.add_argument("action", choices=("info", "list", "clear"))
+    cache.add_argument("--dir", help="cache folder (default: $PLAIT_CACHE_DIR, else "
+                       "$XDG_CACHE_HOME/plait, else ~/.cache/plait)")
+    cache.set_defaults(func=cmd_cache)
     return parser
 
 
@@ -239,6 +246,22 @@ def cmd_grad(args) -> int:
     algo = load_algorithm(args.file)
     wrt = [w.strip() for w in args.wrt.split(",") if w.strip()] or None
     print(to_source(grad(algo, wrt=wrt)))
+    return 0
+
+
+def cmd_cache(args) -> int:
+    from . import cache_admin
+    if args.action == "info":
+        lines = cache_admin.info_lines(args.dir)
+    elif args.action == "list":
+        lines = cache_admin.list_lines(args.dir)
+    else:
+        where = cache_admin.folder(args.dir)
+        removed = cache_admin.clear(where)
+        lines = [f"removed {p}" for p in removed]
+        lines.append(f"removed {len(removed)} file{'s' * (len(removed) != 1)} from {where}")
+    for line in lines:
+        print(line)
     return 0
 
 

@@ -1,8 +1,10 @@
 """The CUDA driver through cuda-bindings: the only module of plait that imports it.
 
-Everything runs in the primary context of device 0, the one torch and CuPy use,
+Kernels run in the primary context of their device (the one torch and CuPy use),
 so that pointers from their tensors are valid here and kernels can go on their
-streams. Pointers and stream handles cross this module's boundary as plain ints.
+streams. Device 0's context is made current on a thread that has none; another
+device's is pushed for the call that needs it and popped after, so that plait
+never changes which device torch thinks is current. Pointers and stream handles cross this module's boundary as plain ints.
 Every failure raises `CudaError` with CUDA's own error name and description.
 """
 from __future__ import annotations
@@ -27,8 +29,10 @@ class CudaError(PlaitError):
 _lock = threading.RLock()
 _local = threading.local()        # the context is current per thread: remember which threads set it
 _state: dict = {}                 # 'drv', 'device', 'context' once initialised; 'error' if that failed
-_modules: dict[str, object] = {}  # sha256(ptx) -> CUmodule
-_functions: dict[tuple[str, str], object] = {}
+_modules: dict[tuple[int, str], object] = {}  # (device, sha256(ptx)) -> CUmodule
+_functions: dict[tuple[int, str, str], object] = {}
+_devices: dict[int, tuple[object, object, int]] = {}  # device -> (CUdevice, context, its address)
+_streams: dict[int, object] = {}  # raw stream handle -> CUstream (made once, reused per launch)
 _dynamic_shared: dict[tuple[str, str], int] = {}
 
 _DEFAULT_SHARED_LIMIT = 48 * 1024   # above this a kernel must opt in to dynamic shared memory
@@ -97,8 +101,72 @@ def _init():
         except CudaError as e:
             _state["error"] = e
             raise
-        _state.update(drv=drv, device=device, context=context)
+        _state.update(drv=drv, device=device, context=context, count=int(count),
+                      success=drv.CUresult.CUDA_SUCCESS)
+        _devices[0] = (device, context, int(context))
         return _state
+
+
+def _device(index: int) -> tuple[object, object, int]:
+    """(CUdevice, primary context, its address) of device `index`, retained on first use."""
+    hit = _devices.get(index)
+    if hit is not None:
+        return hit
+    st = _init()
+    drv = st["drv"]
+    with _lock:
+        if index not in _devices:
+            if not 0 <= index < st["count"]:
+                raise CudaError(f"no CUDA device {index}: the driver sees {st['count']}")
+            dev = _check(drv, drv.cuDeviceGet(index), f"cuDeviceGet({index})")
+            ctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _devices[index] = (dev, ctx, int(ctx))
+        return _devices[index]
+
+
+def enter(index: int) -> bool:
+    """Make device `index`'s primary context current for what follows; True when the caller
+    must `leave()` afterwards (another context was current and has to come back).
+    Called per launch, so the common case is one driver call and no lock."""
+    hit = _devices.get(index)
+    if hit is None:
+        _init()                   # not _ready(): that would make device 0 current for good
+        hit = _device(index)
+    _, ctx, address = hit
+    drv = _state["drv"]
+    err, current = drv.cuCtxGetCurrent()
+    if err != _state["success"]:
+        _check(drv, (err,), "cuCtxGetCurrent")
+    now = int(current) if current is not None else 0
+    if now == address:
+        return False
+    if now == 0:                  # this thread had none: keep ours
+        _check(drv, drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return False
+    _check(drv, drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    return True
+
+
+def leave() -> None:
+    drv = _state["drv"]
+    _check(drv, drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+class on_device:
+    """`with on_device(i):` device i's context is current inside, the previous one after."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.pushed = False
+
+    def __enter__(self):
+        self.pushed = enter(self.index)   # device 0 too: torch may have made another current
+        return self
+
+    def __exit__(self, *exc):
+        if self.pushed:
+            leave()
+        return False
 
 
 def _ready():
@@ -111,23 +179,32 @@ def _ready():
 
 
 def require_gpu() -> None:
-    """Raise the CudaError saying why there is no usable GPU; return quietly when there is one."""
-    _ready()
+    """Raise the CudaError saying why there is no usable GPU; return quietly when there is one.
+    (Makes no context current: torch's current device stays what it was.)"""
+    _init()
 
 
 def gpu_available() -> bool:
     """Whether a CUDA GPU can be used; False (never an exception) without driver or device."""
     try:
-        _ready()
+        _init()
         return True
     except Exception:
         return False
 
 
-def device_capability() -> tuple[int, int]:
-    """Compute capability (major, minor) of device 0, e.g. (9, 0) on an H200."""
-    drv = _ready()
-    dev = _state["device"]
+def device_count() -> int:
+    """How many CUDA devices the driver sees (0 without driver or device)."""
+    try:
+        return _init()["count"]
+    except CudaError:
+        return 0
+
+
+def device_capability(index: int = 0) -> tuple[int, int]:
+    """Compute capability (major, minor) of a device, e.g. (9, 0) on an H200."""
+    drv = _init()["drv"]             # attributes need no current context
+    dev = _device(index)[0]
     attr = drv.CUdevice_attribute
     major = _check(drv, drv.cuDeviceGetAttribute(
         attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
@@ -136,19 +213,20 @@ def device_capability() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def device_attribute(name: str) -> int:
-    """Any CU_DEVICE_ATTRIBUTE_<name> of device 0 (e.g. 'MULTIPROCESSOR_COUNT')."""
-    drv = _ready()
+def device_attribute(name: str, index: int = 0) -> int:
+    """Any CU_DEVICE_ATTRIBUTE_<name> of a device (e.g. 'MULTIPROCESSOR_COUNT')."""
+    drv = _init()["drv"]
     attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name)
-    return int(_check(drv, drv.cuDeviceGetAttribute(attr, _state["device"]),
+    return int(_check(drv, drv.cuDeviceGetAttribute(attr, _device(index)[0]),
                       f"cuDeviceGetAttribute({name})"))
 
 
-def multiprocessors() -> int:
-    """The multiprocessor count of device 0 (how many blocks a persistent kernel launches)."""
-    if "multiprocessors" not in _state:
-        _state["multiprocessors"] = device_attribute("MULTIPROCESSOR_COUNT")
-    return _state["multiprocessors"]
+def multiprocessors(index: int = 0) -> int:
+    """The multiprocessor count of a device (how many blocks a persistent kernel launches)."""
+    key = ("multiprocessors", index)
+    if key not in _state:
+        _state[key] = device_attribute("MULTIPROCESSOR_COUNT", index)
+    return _state[key]
 
 
 # ---------------------------------------------------------------- modules and kernels
@@ -158,13 +236,14 @@ def _ptx_key(ptx: str | bytes) -> tuple[str, bytes]:
     return hashlib.sha256(data).hexdigest(), data
 
 
-def load_module(ptx: str | bytes, kernel: str | None = None):
-    """Load PTX (or a cubin) into the context, once per distinct text; JIT errors carry the log."""
+def load_module(ptx: str | bytes, kernel: str | None = None, device: int = 0):
+    """Load PTX (or a cubin) into a device's context, once per distinct text; JIT errors
+    carry the log."""
     key, data = _ptx_key(ptx)
-    with _lock:
-        if key in _modules:
-            return _modules[key]
-        drv = _ready()
+    with _lock, on_device(device):
+        if (device, key) in _modules:
+            return _modules[(device, key)]
+        drv = _state["drv"]
         if not data.endswith(b"\0"):
             data += b"\0"          # the driver reads PTX as a NUL-terminated string
         errors, info = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
@@ -175,38 +254,41 @@ def load_module(ptx: str | bytes, kernel: str | None = None):
         res = drv.cuModuleLoadDataEx(data, len(options), options, values)
         log = bytes(errors).split(b"\0", 1)[0].decode(errors="replace").strip()
         module = _check(drv, res, "loading PTX (cuModuleLoadDataEx)", kernel, log)
-        _modules[key] = module
+        _modules[(device, key)] = module
         return module
 
 
-def get_function(ptx: str | bytes, entry: str, kernel: str | None = None):
-    """The CUfunction `entry` of the module for `ptx` (loaded on first use)."""
+def get_function(ptx: str | bytes, entry: str, kernel: str | None = None, device: int = 0):
+    """The CUfunction `entry` of the module for `ptx` on a device (loaded on first use)."""
     key, _ = _ptx_key(ptx)
     with _lock:
-        if (key, entry) not in _functions:
-            module = load_module(ptx, kernel or entry)
-            drv = _ready()
-            _functions[(key, entry)] = _check(
-                drv, drv.cuModuleGetFunction(module, entry.encode()),
-                f"finding entry {entry!r} in its module (cuModuleGetFunction)", kernel or entry)
-        return _functions[(key, entry)]
+        if (device, key, entry) not in _functions:
+            module = load_module(ptx, kernel or entry, device)
+            drv = _state["drv"]
+            with on_device(device):
+                _functions[(device, key, entry)] = _check(
+                    drv, drv.cuModuleGetFunction(module, entry.encode()),
+                    f"finding entry {entry!r} in its module (cuModuleGetFunction)",
+                    kernel or entry)
+        return _functions[(device, key, entry)]
 
 
-def set_dynamic_shared(func, nbytes: int, kernel: str | None = None) -> None:
+def set_dynamic_shared(func, nbytes: int, kernel: str | None = None, device: int = 0) -> None:
     """Let `func` use `nbytes` of dynamic shared memory (needed past 48 KiB)."""
     if nbytes <= _DEFAULT_SHARED_LIMIT:
         return
     key = (id(func), kernel or "")
     if _dynamic_shared.get(key, 0) >= nbytes:
         return
-    drv = _ready()
-    limit = device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    drv = _init()["drv"]
+    limit = device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
     if nbytes > limit:
         raise CudaError(f"kernel {kernel} asks for {nbytes} bytes of shared memory per block; "
                         f"this GPU allows at most {limit}")
-    _check(drv, drv.cuFuncSetAttribute(
-        func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", kernel)
+    with on_device(device):
+        _check(drv, drv.cuFuncSetAttribute(
+            func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", kernel)
     _dynamic_shared[key] = nbytes
 
 
@@ -241,6 +323,40 @@ def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 
     _check(drv, drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, int(shared),
                                    drv.CUstream(int(stream)), ctypes.addressof(params), 0),
            f"launching {gx}x{gy}x{gz} blocks of {bx * by * bz} threads (cuLaunchKernel)", kernel)
+
+
+def check_launch(grid, block, kernel: str | None = None) -> tuple[tuple, tuple]:
+    """The launch dimensions as two 3-tuples, refused when past the GPU's limits."""
+    gx, gy, gz = _dim3(grid)
+    bx, by, bz = _dim3(block)
+    if gx > 2**31 - 1 or gy > MAX_GRID_Y or gz > MAX_GRID_Y:
+        raise CudaError(f"kernel {kernel}: grid {gx}x{gy}x{gz} exceeds the GPU's grid limits")
+    if bx * by * bz > 1024:
+        raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")
+    return (gx, gy, gz), (bx, by, bz)
+
+
+def stream_handle(stream: int):
+    """The CUstream for a raw stream handle, made once: a hot launch constructs nothing."""
+    hit = _streams.get(stream)
+    if hit is None:
+        if len(_streams) > 256:
+            _streams.clear()
+        hit = _streams[stream] = _init()["drv"].CUstream(int(stream))
+    return hit
+
+
+def launch_prepared(func, grid: tuple, block: tuple, shared: int, stream, params: int,
+                    kernel: str | None = None) -> None:
+    """cuLaunchKernel with everything prepared: dimensions from `check_launch`, the dynamic
+    shared memory already allowed, `stream` from `stream_handle`, `params` the address of a
+    void* array (runtime/packing.py). The caller has made the function's context current."""
+    drv = _state["drv"]
+    err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                             shared, stream, params, 0)[0]
+    if err != _state["success"]:
+        _check(drv, (err,), f"launching {grid[0]}x{grid[1]}x{grid[2]} blocks of "
+               f"{block[0] * block[1] * block[2]} threads (cuLaunchKernel)", kernel)
 
 
 # ---------------------------------------------------------------- memory and streams
@@ -299,8 +415,10 @@ _TENSOR_MAP_TYPES = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32",
 def encode_tensor_map(ptr: int, dtype, dims: tuple[int, ...], strides: tuple[int, ...],
                       box: tuple[int, ...], kernel: str | None = None) -> bytes:
     """cuTensorMapEncodeTiled, innermost dimension first: `dims` in elements, `strides` in
-    bytes for dims[1:], `box` in elements; 128-byte swizzle, zero fill. The map's bytes."""
-    drv = _ready()
+    bytes for dims[1:], `box` in elements; 128-byte swizzle, zero fill. The map's bytes.
+    Host-only encoding: it leaves the current context alone (a launch on another device
+    has pushed its own)."""
+    drv = _init()["drv"]
     if dtype.short not in _TENSOR_MAP_TYPES:
         raise CudaError(f"kernel {kernel}: no tensor map for {dtype} elements")
     kind = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_TYPES[dtype.short])

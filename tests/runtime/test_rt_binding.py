@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import fake_gpu
 import plait
 from plait.dsl import PlaitError
 from plait.dsl.dtypes import DType
@@ -159,40 +160,16 @@ def test_scalar_parameters_as_the_kernel_reads_them(dtype, value, expected):
 
 def test_gpu_path_with_a_fake_driver(monkeypatch):
     """The launch sequence, with the driver faked: what would reach cuLaunchKernel."""
-    launches, allocated = [], []
-    monkeypatch.setattr(driver, "gpu_available", lambda: True)
-    monkeypatch.setattr(driver, "require_gpu", lambda: None)
-    monkeypatch.setattr(api, "gpu_target", lambda: "sm_90a")
-    monkeypatch.setattr(api, "get_program", lambda g, s, sizes, aligned, t: axpb_program(t))
-    from plait.runtime import arrays
-
-    class FakeDev:
-        def __init__(self, shape, dtype, zero=False):
-            self.shape, self.dtype, self.zero = shape, dtype, zero
-            self.ptr = 4096 * (len(allocated) + 1)
-            allocated.append(self)
-
-        def numpy(self):
-            return np.full(self.shape, 7.0, self.dtype.numpy)
-
-        def free(self):
-            self.freed = True
-    monkeypatch.setattr(arrays, "device_copy", lambda info: FakeDev(info.shape, info.dtype))
-    monkeypatch.setattr(arrays, "allocate", lambda fam, shape, dtype, zero=False, like=None,
-                        stream=0: (lambda d: (d, d.ptr))(FakeDev(shape, dtype, zero)))
-    monkeypatch.setattr(arrays, "DeviceArray", FakeDev)
-    monkeypatch.setattr(driver, "get_function", lambda ptx, entry, name: entry)
-    monkeypatch.setattr(driver, "launch", lambda f, grid, block, args, stream, kernel, shared=0:
-                        launches.append((f, grid, block, args, stream, kernel)))
-    monkeypatch.setattr(driver, "synchronize", lambda stream=None: None)
+    gpu = fake_gpu.install(monkeypatch)
     y = plait.run(axpb, X, B, a=3.0)
     np.testing.assert_array_equal(y, 7.0)
-    assert [(f, grid, block, kernel) for f, grid, block, _, _, kernel in launches] == [
-        ("addto_k", 3, 128, "axpb.copy"), ("axpb_k", 3, 128, "axpb")]
-    x_dev, b_dev, tmp, out = allocated
+    assert [(name, grid, block) for name, grid, block, _ in gpu.launches] == [
+        ("axpb.copy", (3, 1, 1), (128, 1, 1)), ("axpb", (3, 1, 1), (128, 1, 1))]
+    x_dev, b_dev, tmp, out = gpu.allocated
     assert tmp.zero and not out.zero
-    assert launches[1][3][-1] == (3.0, ctypes.c_float)
-    assert all(getattr(a, "freed", False) for a in allocated)
+    assert gpu.launches[0][3] == [tmp.ptr, x_dev.ptr, 3, 5]
+    assert gpu.launches[1][3] == [tmp.ptr, b_dev.ptr, out.ptr, 3, 5, 3.0]
+    assert all(a.freed for a in gpu.allocated)
 
 
 def test_a_saved_value_of_another_dtype_is_refused():

@@ -1,0 +1,246 @@
+"""`plait.torch_op`: a plait algorithm as a torch custom op that torch.compile sees through.
+
+    ln = plait.torch_op(layernorm)            # registers torch.ops.plait.layernorm
+    y = ln(x, w, b)                           # CUDA tensors: GPU kernels; CPU: the CPU executor
+    y.sum().backward()                        # the derived backward, itself an op
+    torch.compile(lambda x: ln(x, w, b), fullgraph=True)   # no graph break
+
+Two ops are registered through `torch.library.custom_op`: the forward
+(`plait::<name>`) and, when the algorithm has a gradient, the backward
+(`plait::<name>_bwd`, the algorithm `plait.autodiff.grad` derives). Their fake
+(meta) implementations give each output the shape of its named axes, bound from
+the inputs' shapes, and the dtype of the traced graph's output, so FakeTensor,
+AOTAutograd and dynamic shapes work without running anything. `register_autograd`
+wires the forward to the backward op. What the forward saves for the backward
+(`save`) is chosen as in `to_torch`: the backward schedule's `save:` list, else
+recompute. Compared with `to_torch` (an autograd.Function), these are dispatcher
+ops: `torch.library.opcheck` tests them and torch.compile keeps them whole.
+
+Arguments are checked (in eager mode) by autodiff.torch_bridge.bind_arguments, the
+same checks `to_torch` makes; inside torch.compile the fake implementation checks
+ranks and the shared axes instead.
+"""
+from __future__ import annotations
+
+from plait.dsl.errors import PlaitError
+
+_registered: dict[str, tuple] = {}     # qualified name -> (algo, options, wrapper)
+
+
+def _torch_dtype(dtype):
+    import torch
+
+    from .arrays import _TORCH_BACK
+    return getattr(torch, _TORCH_BACK[dtype])
+
+
+def _plait_dtype(name: str, t):
+    from plait.dsl.dtypes import dtype_of
+    try:
+        return dtype_of(t.dtype)
+    except ValueError:
+        raise PlaitError(f"argument {name!r} is {t.dtype}, which plait has no dtype for") \
+            from None
+
+
+def _schema(algo, n_out: int) -> str:
+    """Every argument positional and without default: the wrapper fills the defaults in (a
+    schema may not put a default before a tensor, as a backward's `eps, dout` would)."""
+    parts = []
+    for p in algo.params:
+        if p.is_tensor:
+            parts.append(f"Tensor {p.name}")
+        else:
+            parts.append(f"{'float' if p.dtype.is_float else 'int'} {p.name}")
+    out = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
+    return f"({', '.join(parts)}) -> {out}"
+
+
+def output_meta(algo, values: list) -> list[tuple[tuple, object]]:
+    """(shape, plait dtype) of each output of `algo` for arguments `values` in signature
+    order: shapes from the named axes, dtypes from the traced graph. Works on fake
+    tensors and symbolic sizes: nothing runs."""
+    sizes: dict[str, object] = {}
+    dtypes = {}
+    for p, v in zip(algo.params, values):
+        if not p.is_tensor:
+            continue
+        if v.dim() != len(p.axes):
+            raise PlaitError(f"{algo.name}: argument {p.name!r} is declared over "
+                             f"[{', '.join(p.axes)}] but has {v.dim()} axes")
+        dtypes[p.name] = _plait_dtype(p.name, v)
+        for axis, extent in zip(p.axes, v.shape):
+            if axis in sizes:
+                import torch
+                torch._check(sizes[axis] == extent,
+                             lambda: f"{algo.name}: axis {axis} differs between arguments")
+            else:
+                sizes[axis] = extent
+    graph = algo.graph(dtypes)
+    return [(tuple(sizes[a] for a in node.axes), node.dtype) for node in graph.outputs.values()]
+
+
+def _result_list(result, n: int) -> list:
+    if isinstance(result, dict):
+        return list(result.values())
+    if isinstance(result, tuple):
+        return list(result)
+    return [result]
+
+
+def _define(qualname: str, algo, schedule, n_out: int):
+    """Register `algo` as the op `qualname`: real implementation through plait.run (the
+    GPU for CUDA tensors, the CPU executor for CPU ones) and the fake from output_meta."""
+    import torch
+
+    import plait
+
+    def run(*values):
+        like = next(v for v in values if isinstance(v, torch.Tensor))
+        device = "cpu" if like.device.type == "cpu" else "gpu"
+        outs = _result_list(plait.run(algo, *values, schedule=schedule, device=device), n_out)
+        outs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o, device=like.device)
+                for o in outs]
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def fake(*values):
+        like = next(v for v in values if isinstance(v, torch.Tensor))
+        outs = [like.new_empty(shape, dtype=_torch_dtype(dtype))
+                for shape, dtype in output_meta(algo, list(values))]
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    op = torch.library.custom_op(qualname, run, mutates_args=(), schema=_schema(algo, n_out))
+    op.register_fake(fake)
+    return op
+
+
+def _bind_plain(algo, args, kwargs) -> list:
+    """Arguments in signature order with defaults: what torch.compile traces (the eager
+    path checks more, through bind_arguments)."""
+    names = [p.name for p in algo.params]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    values = []
+    for p in algo.params:
+        if p.name in bound:
+            values.append(bound[p.name])
+        elif not p.is_tensor and p.default is not None:
+            values.append(p.default)
+        else:
+            raise PlaitError(f"{algo.name}: missing argument {p.name!r}")
+    return values
+
+
+def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedule=None,
+             save=None):
+    """Register `algo` as the torch op `name` (default `plait::<algo name>`), differentiable
+    in `wrt` (default: every float tensor); returns a function of torch tensors calling it.
+
+    The function returns what plait.run returns (a tensor, a tuple, or a dict for named
+    outputs). `.op` is the forward op, `.backward_op` the backward one (None without a
+    gradient). Registering the same algorithm under the same name again returns the
+    same function; another algorithm under a taken name is refused.
+    """
+    import torch
+
+    from plait.autodiff.reverse import grad_name
+    from plait.autodiff.torch_bridge import _renamed, bind_arguments, saved_by_schedule
+    from plait.autodiff.transform import forward_with_saved, grad
+
+    qualname = name or f"plait::{algo.name.replace('.', '_')}"
+    if "::" not in qualname:
+        raise PlaitError(f"torch op name {qualname!r} needs a namespace: 'plait::{qualname}'")
+    options = (schedule, grad_schedule, None if wrt is None else tuple(wrt),
+               None if save is None else tuple(save))
+    if qualname in _registered:
+        old_algo, old_options, wrapper = _registered[qualname]
+        if old_algo is algo and old_options == options:
+            return wrapper
+        raise PlaitError(f"torch op {qualname} is already registered for {old_algo.name}; "
+                         "pass another name=")
+    save = saved_by_schedule(algo, grad_schedule) if save is None else tuple(save)
+    try:
+        bwd = grad(algo, wrt, save=save)
+    except PlaitError:
+        if wrt is not None or save:
+            raise
+        bwd = None                    # no gradient: a forward-only op
+    fwd = forward_with_saved(algo, save) if save and bwd is not None else algo
+    fwd_schedule = _renamed(schedule, fwd.name) if fwd is not algo else schedule
+    out_names = list(algo.graph().outputs)
+    n_user, n_fwd = len(out_names), len(fwd.graph().outputs)
+    op = _define(qualname, fwd, fwd_schedule, n_fwd)
+    grad_wrt = list(bwd.wrt) if bwd is not None else []
+    backward_op = None
+    if bwd is not None:
+        grad_names = list(bwd.graph().outputs)
+        backward_op = _define(qualname + "_bwd", bwd, grad_schedule, len(grad_names))
+        _wire_autograd(op, backward_op, algo, bwd, list(fwd.graph().outputs), n_user)
+
+    def is_tensor(v):
+        return isinstance(v, torch.Tensor)
+
+    def apply(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            values = _bind_plain(algo, args, kwargs)
+        else:
+            values = bind_arguments(algo, grad_wrt, args, kwargs, is_tensor)
+        values = [v.contiguous() if is_tensor(v) else v for v in values]
+        outs = op(*values)
+        outs = [outs] if n_fwd == 1 else list(outs)
+        return _package(out_names, outs[:n_user])
+
+    apply.__name__ = algo.name.replace(".", "_")
+    apply.__doc__ = f"{algo.name} as the torch op {qualname}."
+    apply.op, apply.backward_op, apply.algorithm, apply.saved = op, backward_op, algo, save
+    apply.wrt = tuple(grad_wrt)
+    _registered[qualname] = (algo, options, apply)
+    return apply
+
+
+def _package(names: list[str], outs: list):
+    if names == ["out"]:
+        return outs[0]
+    if names == [f"out{i}" for i in range(len(names))]:
+        return tuple(outs)
+    return dict(zip(names, outs))
+
+
+def _wire_autograd(op, backward_op, algo, bwd, fwd_names: list[str], n_user: int) -> None:
+    """register_autograd: save the tensor inputs (and what the forward saved), and call the
+    backward op with the cotangents; an output nobody used gets a zero cotangent."""
+    import torch
+
+    from plait.autodiff.reverse import grad_name
+    params = algo.params
+    wrt = set(bwd.wrt)
+    n_fwd = len(fwd_names)
+    grad_names = list(bwd.graph().outputs)
+
+    def setup_context(ctx, inputs, output):
+        for p, v in zip(params, inputs):
+            if p.is_tensor and p.name not in wrt and getattr(v, "requires_grad", False):
+                raise PlaitError(f"{algo.name}: argument {p.name!r} requires grad, but this op "
+                                 f"differentiates only {', '.join(bwd.wrt)}; detach it")
+        outs = [output] if n_fwd == 1 else list(output)
+        tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
+        ctx.save_for_backward(*tensors, *outs[n_user:])
+        ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in inputs]
+        ctx.n_tensors = len(tensors)
+
+    def backward(ctx, *cotangents):
+        stored = list(ctx.saved_tensors)
+        tensors, saved = iter(stored[:ctx.n_tensors]), stored[ctx.n_tensors:]
+        values = [next(tensors) if s is None else s for s in ctx.scalars]
+        meta = output_meta(algo, values)
+        like = next(v for v in values if isinstance(v, torch.Tensor))
+        cots = [like.new_zeros(shape, dtype=_torch_dtype(dtype)) if c is None else c.contiguous()
+                for c, (shape, dtype) in zip(cotangents[:n_user], meta)]
+        by_name = {p.name: v for p, v in zip(params, values)}
+        by_name.update((grad_name(n), c) for n, c in zip(fwd_names[:n_user], cots))
+        by_name.update(zip(fwd_names[n_user:], saved))
+        grads = backward_op(*(by_name[p.name] for p in bwd.params))
+        grads = dict(zip(grad_names, [grads] if len(grad_names) == 1 else list(grads)))
+        return tuple(grads.get(grad_name(p.name)) if p.is_tensor else None for p in params)
+
+    op.register_autograd(backward, setup_context=setup_context)

@@ -1,0 +1,99 @@
+"""Every example in examples/, as the torch tests run it: small odd shapes, input dtypes, and
+an independent torch expression computing the same thing in float64."""
+import importlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+@dataclass(frozen=True)
+class Case:
+    shapes: dict                    # argument -> shape
+    reference: object               # float64 torch function of the tensors (and scalars)
+    dtypes: dict = field(default_factory=dict)   # argument -> torch dtype (else float32)
+    scalars: dict = field(default_factory=dict)  # scalar arguments given explicitly
+    grad: bool = True               # differentiate (every float32 input)
+    scale: float = 1.0              # inputs drawn as standard normal times this
+    opcheck_skips: tuple = ()       # opcheck tests torch itself cannot run on these dtypes
+
+
+def _rms(x, w, eps=1e-6):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def _erf_gelu(x):
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+CASES = {
+    "layernorm": Case({"x": (5, 37), "w": (37,), "b": (37,)},
+                      lambda x, w, b, eps=1e-5: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+                      scalars={"eps": 1e-3}),
+    "rmsnorm": Case({"x": (3, 45), "w": (45,)}, _rms),
+    "softmax": Case({"x": (4, 33)}, lambda x: torch.softmax(x, -1), scale=3.0),
+    "swiglu": Case({"g": (3, 29), "u": (3, 29)}, lambda g, u: F.silu(g) * u),
+    "geglu": Case({"g": (3, 31), "u": (3, 31)}, lambda g, u: _erf_gelu(g) * u),
+    "matmul": Case({"a": (19, 21), "b": (21, 23)}, lambda a, b: a @ b),
+    "bmm": Case({"a": (2, 9, 24), "b": (2, 24, 40)}, lambda a, b: a @ b,
+                dtypes={"a": torch.bfloat16, "b": torch.bfloat16}, grad=False),
+    "matmul_bias_gelu": Case({"a": (7, 13), "b": (13, 11), "bias": (11,)},
+                             lambda a, b, bias: _erf_gelu(a @ b + bias)),
+    "matmul_fp8": Case({"a": (17, 32), "b": (24, 32)},
+                       lambda a, b, scale_a=1.0, scale_b=1.0: (a @ b.T) * (scale_a * scale_b),
+                       dtypes={"a": torch.float8_e4m3fn, "b": torch.float8_e4m3fn},
+                       scalars={"scale_a": 0.5, "scale_b": 1.5}, grad=False,
+                       # SchemaCheckMode compares inputs before and after with a multiply
+                       # that torch's CPU fp8 lacks ("mul_cpu_reduced_float")
+                       opcheck_skips=("test_schema",)),
+}
+
+
+def load(name):
+    return getattr(importlib.import_module(name), name)
+
+
+def make_inputs(name, gen, device="cpu", requires_grad=False) -> dict:
+    """Seeded tensors per argument, rounded to their dtype; float32 ones may require grad."""
+    case = CASES[name]
+    out = {}
+    for arg, shape in case.shapes.items():
+        dtype = case.dtypes.get(arg, torch.float32)
+        t = (torch.randn(*shape, generator=gen) * case.scale).to(dtype).to(device)
+        out[arg] = t.requires_grad_(requires_grad and case.grad and dtype == torch.float32)
+    return out
+
+
+def reference(name, inputs: dict):
+    """The case's torch expression in float64 on float64 copies (that keep requires_grad)."""
+    case = CASES[name]
+    wide = {k: v.detach().double().requires_grad_(v.requires_grad) for k, v in inputs.items()}
+    return case.reference(*wide.values(), **case.scalars), wide
+
+
+def tolerance(name) -> float:
+    dtypes = set(CASES[name].dtypes.values())
+    if torch.float8_e4m3fn in dtypes or torch.bfloat16 in dtypes:
+        return 2e-2           # bf16 outputs (fp8 products are written out in bf16)
+    return 1e-4
+
+
+def max_rel_err(out, ref) -> float:
+    out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    return float((out - ref).abs().max() / ref.abs().max())
+
+
+def example_names() -> list[str]:
+    import os
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "examples")
+    return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
+
+
+__all__ = ["CASES", "load", "make_inputs", "reference", "tolerance", "max_rel_err",
+           "example_names", "np"]
