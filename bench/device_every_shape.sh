@@ -1,26 +1,32 @@
 #!/bin/bash
-# One device call for contractions at every shape: install, the GPU tier (the new
-# every-shape tests first), then memcheck and racecheck over the examples at odd shapes.
-#   bash bench/device_every_shape.sh            # tests and sanitizers
-#   BENCH=1 bash bench/device_every_shape.sh    # the matmul benchmarks instead
+# Device calls for contractions at every shape and the runtime's handle, in stages:
+#   STAGES="shape tier memcheck" bash bench/device_every_shape.sh
+#   STAGES="bench racecheck torch host" bash bench/device_every_shape.sh
+# shape: the every-shape GPU tests; tier: the rest of the GPU tier (tests/torch aside);
+# torch: tests/torch's GPU twins; memcheck/racecheck: compute-sanitizer over the
+# examples at odd shapes; bench: bench/matmul.py's unaligned, small and default sets;
+# host: bench/host_overhead.py. Logs and tables go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ -n "$BENCH" ]; then
-  for set in unaligned small default; do
-    timeout ${BENCH_TIMEOUT:-200} python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} \
-      --out "$OUT/matmul_$set.md" 2>&1 | tee "$OUT/bench_$set.log" | tail -9
-  done
-  exit 0
-fi
-T="timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider --ignore=tests/property"
-$T -m gpu tests -k "every_shape" 2>&1 | tee "$OUT/every_shape.log" | tail -6
-$T -m gpu tests -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6
-for tool in memcheck racecheck; do
-  extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
-  timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool $tool $extra --error-exitcode 1 \
-    python3 tests/gpu/sanitize_examples.py > "$OUT/$tool.log" 2>&1; echo "$tool rc=$?"
-  tail -3 "$OUT/$tool.log"
+T="python3 -m pytest -q -p no:cacheprovider --ignore=tests/property"
+for stage in ${STAGES:-shape tier memcheck}; do
+  echo "== $stage $(date +%T)"
+  case $stage in
+    shape) timeout 200 $T -m gpu tests -k every_shape 2>&1 | tee "$OUT/every_shape.log" | tail -6 ;;
+    tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
+    torch) timeout 240 $T -m gpu tests/torch 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
+    memcheck|racecheck)
+      extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
+      timeout 150 compute-sanitizer --tool $stage $extra --error-exitcode 1 \
+        python3 tests/gpu/sanitize_examples.py > "$OUT/$stage.log" 2>&1; echo "$stage rc=$?"
+      tail -3 "$OUT/$stage.log" ;;
+    bench) for set in unaligned small default; do
+        timeout 200 python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} \
+          --out "$OUT/matmul_$set.md" 2>&1 | tee "$OUT/bench_$set.log" | tail -8
+      done ;;
+    host) timeout 120 python3 bench/host_overhead.py --calls 2000 --repeats 7 2>&1 | tee "$OUT/host.log" | tail -14 ;;
+  esac
 done
