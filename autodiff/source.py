@@ -110,6 +110,8 @@ class _Printer:
         if n.op == "size":
             dt = "" if n.dtype == DType.FP32 else f", {_q(n.dtype)}"
             return f'size({_q(n.attr("axis"))}{dt})', _ATOM
+        if n.op == "iota":
+            return f'index({_q(n.attr("axis"))})', _ATOM
         if n.op in _INFIX:
             sym, prec = _INFIX[n.op]
             # Python groups a - b - c as (a - b) - c: a right operand of equal

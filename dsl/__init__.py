@@ -9,14 +9,14 @@ from .ops import (abs, cos, erf, exp, exp2, log, log2, logical_and, logical_not,
                   max, maximum, min, minimum, name, permute, rsqrt, sigmoid, sin, sqrt, stop_gradient, sum,
                   tanh)
 from .reference import bind_sizes, evaluate
-from .tensor import Tensor, TensorSpec, broadcast, cast, size, where
+from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
 bf16, fp16, fp32 = DType.BF16, DType.FP16, DType.FP32
 fp8_e4m3, fp8_e5m2 = DType.FP8_E4M3, DType.FP8_E5M2
 
 __all__ = [
     "Algorithm", "AlgorithmGraph", "DType", "Node", "OPS", "Param", "PlaitError", "SourceLoc",
-    "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "broadcast", "cast", "cos",
+    "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "broadcast", "cast", "cos", "index",
     "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "round_to", "rsqrt",

@@ -27,6 +27,8 @@ register(OpDef("input", "source", lambda n, ctx: ctx.inputs[n.attr("name")]))
 register(OpDef("param", "source", lambda n, ctx: np.float64(ctx.inputs[n.attr("name")])))
 register(OpDef("const", "source", lambda n, ctx: np.float64(n.attr("value"))
                if n.dtype.is_float else np.asarray(n.attr("value"), n.dtype.numpy)))
+register(OpDef("iota", "source",
+               lambda n, ctx: np.arange(ctx.sizes[n.attr("axis")], dtype=np.int32)))
 register(OpDef("size", "source", lambda n, ctx: np.float64(ctx.sizes[n.attr("axis")])))
 
 # ---- unary -------------------------------------------------------------------

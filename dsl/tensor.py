@@ -329,6 +329,13 @@ def broadcast(x: Tensor, axes) -> Tensor:
     return new_node("broadcast", (x,), target, x.dtype)
 
 
+def index(axis: str) -> Tensor:
+    """The position along a named axis: an int32 tensor over that axis, 0, 1, ... (masks
+    as math: causal attention is `where(index("T") <= index("S"), s, -inf)`)."""
+    canonical_axes((axis,))
+    return new_node("iota", (), (axis,), DType.INT32, axis=axis)
+
+
 def size(axis: str, dtype=DType.FP32) -> Tensor:
     """The extent of a named axis as a scalar known at run time (fp32 unless asked)."""
     canonical_axes((axis,))

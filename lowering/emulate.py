@@ -154,6 +154,8 @@ def _step(m: _Machine, op, args, arrays, scalars):
         return np.asarray(op.attr("value"), _NP[op.dtype]).reshape([1] * 6)
     if kind == "size":
         return np.asarray(m.sizes[op.attr("axis")], _NP[op.dtype]).reshape([1] * 6)
+    if kind == "iota":
+        return np.asarray(m.index(op.attr("axis")), np.int32)
     if kind == "round":
         return _rounded(args[0], op)
     if kind == "where":

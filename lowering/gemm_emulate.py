@@ -85,6 +85,8 @@ def _epilogue(g: GemmProgram, acc, index, sizes, arrays, scalars) -> None:
             values[op.id] = _take(arrays[buf.name], buf.axes, index)
         elif op.op in ("param", "const", "size"):
             values[op.id] = _source(op, sizes, scalars)
+        elif op.op == "iota":
+            values[op.id] = np.asarray(index[op.attr("axis")], np.int32)
         elif op.op == "store":
             buf = buffers[op.attr("buffer")]
             inside = np.ones((), bool)

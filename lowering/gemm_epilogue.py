@@ -62,6 +62,9 @@ class EpilogueEmitter:
         if kind == "size":
             size = self.k.size(op.attr("axis"))
             return b.sitofp(size, L.F32) if op.dtype == DType.FP32 else size
+        if kind == "iota":
+            axis = op.attr("axis")
+            return b.add(self.index[axis], L.i32(offsets.get(axis, 0)))
         if kind == "convert":
             src = self.ops.get(op.args[0])
             if src is not None and src.op == "load" and src.dtype != register_dtype(src.dtype):

@@ -276,6 +276,11 @@ class _Emitter(ReductionEmitter):
         if kind == "size":
             return _full(shape, b.sitofp(self.size(op.attr("axis")), L.F32) if
                          op.dtype == DType.FP32 else self.size(op.attr("axis")))
+        if kind == "iota":
+            out = np.empty(shape, dtype=object)
+            for r, c, v in itertools.product(*(range(n) for n in shape)):
+                out[r, c, v] = self.index(op.attr("axis"), r, c, v)
+            return out
         if kind == "convert":
             src = self.prog.ops[op.args[0]]
             if src.op == "load" and src.dtype != register_dtype(src.dtype):

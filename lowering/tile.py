@@ -142,6 +142,8 @@ class _Builder:
             return self.emit("const", (), (), reg, value=n.attr("value"))
         if n.op == "size":
             return self.emit("size", (), (), reg, axis=n.attr("axis"))
+        if n.op == "iota":
+            return self.emit("iota", (), n.axes, reg, axis=n.attr("axis"))
         if n.op in REDUCE_OPS:
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
                              partial=n.attr("partial"), round=self._round_for(n))
