@@ -105,3 +105,21 @@ def test_index_of_an_unbound_axis_is_refused():
         return x + cast(index("Q"), "fp32")
     with pytest.raises(PlaitError, match="Q"):
         evaluate(stray.graph({}), {"x": np.ones(3, np.float32)})
+
+
+@algorithm
+def causal_softmax_inf(s: Tensor["S", "T"]):
+    masked = where(index("T") <= index("S"), s, float("-inf"))
+    e = exp(masked - max(masked, over="T"))
+    return e / sum(e, over="T")
+
+
+def test_minus_infinity_masks_as_in_ieee_arithmetic():
+    """exp(-inf - m) is exactly 0 for a finite row maximum m; the source keeps -inf."""
+    rng = np.random.default_rng(11)
+    s = rng.standard_normal((29, 31)).astype(np.float32)
+    g = causal_softmax_inf.graph({})
+    out = emulate(g, None, {"S": 29, "T": 31}, {"s": s}, {}, "sm_90a")["out"]
+    np.testing.assert_allclose(out, _causal_softmax_np(s.astype(np.float64)), atol=2e-6)
+    assert 'float("-inf")' in to_source(causal_softmax_inf)
+    assert from_source(to_source(causal_softmax_inf)).graph({}).text() == g.text()

@@ -80,3 +80,21 @@ def test_integer_reductions(shape):
     assert torch.equal(hi, x.amax(1)) and torch.equal(lo, x.amin(1))
     f = torch.randn(shape, device="cuda", generator=g)
     assert torch.equal(plait.run(count_positive, f).long(), (f > 0).sum(1))
+
+
+def test_index_masks_on_the_gpu():
+    """A causal softmax written with index() against torch in float64, odd shapes."""
+    from plait.dsl import Tensor, algorithm, exp, index, max, sum, where
+
+    @algorithm
+    def causal(s: Tensor["S", "T"]):
+        masked = where(index("T") <= index("S"), s, float("-inf"))
+        e = exp(masked - max(masked, over="T"))
+        return e / sum(e, over="T")
+
+    s = torch.randn(300, 517, device="cuda")
+    keep = torch.ones(300, 517, device="cuda", dtype=torch.bool).tril()
+    ref = torch.softmax(s.double().masked_fill(~keep, float("-inf")), dim=1)
+    out = plait.run(causal, s)
+    torch.cuda.synchronize()
+    assert (out.double() - ref).abs().max().item() < 1e-5
