@@ -148,7 +148,12 @@ class _GemmEmitter(KernelEmitter):
         return COPY_PRODUCER_REGS if self.copied else PRODUCER_REGS
 
     def _consumer_regs(self) -> int:
-        spare = 65536 - 128 * self._producer_regs()
+        """What the consumers grow to on the registers the producer gives back: a block
+        starts with the launch's per-thread share (65536 / threads, in 8s), and
+        setmaxnreg.inc waits forever for registers no warpgroup released."""
+        threads = self.g.threads
+        start = min(255, 65536 // threads) // 8 * 8
+        spare = threads * start - 128 * self._producer_regs()
         return min(256, spare // (128 * self.g.consumers) // 8 * 8)
 
     def _k_range(self, k_tiles):
