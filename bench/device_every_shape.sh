@@ -15,16 +15,16 @@ T="python3 -m pytest -q -p no:cacheprovider --ignore=tests/property"
 for stage in ${STAGES:-shape tier memcheck}; do
   echo "== $stage $(date +%T)"
   case $stage in
-    shape) timeout 200 $T -m gpu tests -k every_shape 2>&1 | tee "$OUT/every_shape.log" | tail -6 ;;
+    shape) timeout ${SHAPE_TIMEOUT:-200} $T -m gpu tests -k every_shape 2>&1 | tee "$OUT/every_shape.log" | tail -6 ;;
     tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
-    torch) timeout 240 $T -m gpu tests/torch 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
+    torch) timeout ${TORCH_TIMEOUT:-240} $T -m gpu tests/torch 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
     memcheck|racecheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
-      timeout 150 compute-sanitizer --tool $stage $extra --error-exitcode 1 \
+      timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $stage $extra --error-exitcode 1 \
         python3 tests/gpu/sanitize_examples.py > "$OUT/$stage.log" 2>&1; echo "$stage rc=$?"
       tail -3 "$OUT/$stage.log" ;;
-    bench) for set in unaligned small default; do
-        timeout 200 python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} \
+    bench) for set in ${SETS:-unaligned small default}; do
+        timeout ${BENCH_TIMEOUT:-200} python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} \
           --out "$OUT/matmul_$set.md" 2>&1 | tee "$OUT/bench_$set.log" | tail -8
       done ;;
     host) timeout 120 python3 bench/host_overhead.py --calls 2000 --repeats 7 2>&1 | tee "$OUT/host.log" | tail -14 ;;
