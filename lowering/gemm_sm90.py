@@ -199,6 +199,7 @@ class _GemmEmitter(KernelEmitter):
             for w in self.copied:
                 self._copy(w, tid).issue(k0, b.add(dst, L.i32(offsets[w])))
             if self.copied and registers:     # stores done; cp.async ones too, then say so
+                MMA.cp_async_commit(b)        # wait_group waits on committed groups only
                 MMA.cp_async_wait(b, 0)
                 P.mbarrier_arrive_if(b, full, L.i32(1))
             elif self.copied:                 # the barrier hears when the copies land

@@ -125,7 +125,7 @@ def test_batched():
 # storage order; threads copy them in 8-, 4- or 2-byte pieces and the output is stored
 # from registers.
 EVERY_SHAPE = [(129, 65, 77), (257, 136, 209), (300, 135, 208), (1000, 3001, 777),
-               (64, 8, 5), (3, 517, 1030), (517, 3, 66)]
+               (64, 8, 5), (3, 517, 1030), (517, 3, 66), (517, 5, 130)]
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])

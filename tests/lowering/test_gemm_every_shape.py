@@ -91,6 +91,10 @@ def test_ragged_kernels_assemble_without_spills(algo, dtype, sizes, access, targ
             # copies that land by themselves tell the barrier; register stores cannot
             assert ("cp.async.mbarrier.arrive" in kernel.ptx) == (
                 bool(widths) and min(widths) >= 4)
+            if widths and min(widths) < 4 <= max(widths):
+                # the producer waits for its cp.asyncs before arriving: only committed
+                # groups are waited for (without the commit, wgmma read stale stages)
+                assert "cp.async.commit_group" in kernel.ptx
 
 
 def test_aligned_rows_keep_the_tma():
