@@ -101,8 +101,9 @@ def _init():
         except CudaError as e:
             _state["error"] = e
             raise
+        from .fast_launch import load
         _state.update(drv=drv, device=device, context=context, count=int(count),
-                      success=drv.CUresult.CUDA_SUCCESS)
+                      success=drv.CUresult.CUDA_SUCCESS, fast=load())
         _devices[0] = (device, context, int(context))
         return _state
 
@@ -134,10 +135,16 @@ def enter(index: int) -> bool:
         hit = _device(index)
     _, ctx, address = hit
     drv = _state["drv"]
-    err, current = drv.cuCtxGetCurrent()
-    if err != _state["success"]:
-        _check(drv, (err,), "cuCtxGetCurrent")
-    now = int(current) if current is not None else 0
+    fast = _state.get("fast")
+    if fast is not None:
+        err, now = fast.current_context()
+        if err:
+            _check(drv, (drv.CUresult(err),), "cuCtxGetCurrent")
+    else:
+        err, current = drv.cuCtxGetCurrent()
+        if err != _state["success"]:
+            _check(drv, (err,), "cuCtxGetCurrent")
+        now = int(current) if current is not None else 0
     if now == address:
         return False
     if now == 0:                  # this thread had none: keep ours
@@ -346,14 +353,31 @@ def stream_handle(stream: int):
     return hit
 
 
+_handles: dict[int, tuple] = {}  # id(cuda-bindings handle) -> (it, its address), for ctypes
+
+
+def _handle(obj) -> int:
+    """The address a cuda-bindings handle (CUfunction, CUstream) wraps, looked up once."""
+    key = id(obj)
+    hit = _handles.get(key)
+    if hit is None or hit[0] is not obj:
+        hit = _handles[key] = (obj, int(obj))
+    return hit[1]
+
+
 def launch_prepared(func, grid: tuple, block: tuple, shared: int, stream, params: int,
                     kernel: str | None = None) -> None:
     """cuLaunchKernel with everything prepared: dimensions from `check_launch`, the dynamic
     shared memory already allowed, `stream` from `stream_handle`, `params` the address of a
     void* array (runtime/packing.py). The caller has made the function's context current."""
     drv = _state["drv"]
-    err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                             shared, stream, params, 0)[0]
+    fast = _state.get("fast")
+    if fast is not None:
+        code = fast.launch(_handle(func), grid, block, shared, _handle(stream), params)
+        err = drv.CUresult(code) if code else _state["success"]
+    else:
+        err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                 shared, stream, params, 0)[0]
     if err != _state["success"]:
         _check(drv, (err,), f"launching {grid[0]}x{grid[1]}x{grid[2]} blocks of "
                f"{block[0] * block[1] * block[2]} threads (cuLaunchKernel)", kernel)
