@@ -5,11 +5,15 @@ launch); a handle's call makes exactly two driver calls (is our context current?
 launch), so those two go through ctypes with fixed argument types instead. Everything
 else, and every error message, stays with cuda-bindings (runtime/driver.py). Where
 libcuda cannot be opened this way, `load()` gives None and the driver keeps its path.
+
+Opt-in (PLAIT_CTYPES_LAUNCH=1) until it has been timed and run on a GPU: written on
+2026-12-03 when that session's device time was spent.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 _U = ctypes.c_uint
 _P = ctypes.c_void_p
@@ -39,6 +43,8 @@ class FastDriver:
 
 
 def load() -> FastDriver | None:
+    if os.environ.get("PLAIT_CTYPES_LAUNCH") != "1":
+        return None
     for name in ("libcuda.so.1", ctypes.util.find_library("cuda")):
         if not name:
             continue
