@@ -56,19 +56,34 @@ class OpDef:
     elementwise ops). `vjp(node, g, *inputs)` returns one gradient Tensor (or
     None) per input, built with the DSL itself; None for `vjp` means the op is
     not differentiable and autodiff refuses it by name.
+
+    A reduction also names `combine`, the elementwise op that folds two partials
+    (every executor and emitter folds with it), and `identity`, what an element outside
+    the tensor contributes: 'zero', 'lowest' or 'highest' (of the register dtype).
     """
     name: str
     kind: str
     evaluate: Callable
     vjp: Callable | None = None
+    combine: str | None = None
+    identity: str | None = None
 
 
 OPS: dict[str, OpDef] = {}
 
 
+def reductions() -> tuple[str, ...]:
+    """The reduction ops, from the op table (a new one is registered in dsl/ops.py only)."""
+    return tuple(name for name, op in OPS.items() if op.kind == "reduce")
+
+
 def register(opdef: OpDef) -> OpDef:
     if opdef.name in OPS:
         raise ValueError(f"op {opdef.name!r} registered twice")
+    if opdef.kind == "reduce" and (opdef.combine is None or
+                                   opdef.identity not in ("zero", "lowest", "highest")):
+        raise ValueError(f"reduction {opdef.name!r} needs a combine op and an identity "
+                         "('zero', 'lowest' or 'highest')")
     OPS[opdef.name] = opdef
     return opdef
 

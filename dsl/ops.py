@@ -189,9 +189,9 @@ def _extreme_vjp(n, g, y, x):
     return (share * g,)
 
 
-register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp))
-register(OpDef("max", "reduce", _reduce_eval(np.max), _extreme_vjp))
-register(OpDef("min", "reduce", _reduce_eval(np.min), _extreme_vjp))
+register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp, "add", "zero"))
+register(OpDef("max", "reduce", _reduce_eval(np.max), _extreme_vjp, "maximum", "lowest"))
+register(OpDef("min", "reduce", _reduce_eval(np.min), _extreme_vjp, "minimum", "highest"))
 
 
 def _broadcast_eval(n, ctx, a):

@@ -15,11 +15,12 @@ of a tensor core must be.
 """
 from __future__ import annotations
 
-from plait.dsl.node import Node, make_attrs, topo_order
+import plait.dsl.ops  # noqa: F401  (fills the op table read below)
+from plait.dsl.node import Node, make_attrs, reductions, topo_order
 
 from .contraction import PROLOGUE_OPS, is_contraction
 
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = reductions()           # from the op table
 
 
 def _loaded(node: Node) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
-from plait.dsl.node import Node, make_attrs, topo_order
+import plait.dsl.ops  # noqa: F401  (fills the op table read below)
+from plait.dsl.node import Node, make_attrs, reductions, topo_order
 from plait.schedule.default import default_kernel_schedule
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
@@ -29,7 +30,7 @@ from .layout import effective_grid
 from .llvm_limits import SMS
 from .policy import ResolvedPolicy
 
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = reductions()           # from the op table
 SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
 
 

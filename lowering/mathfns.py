@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import plait.dsl.ops  # noqa: F401  (fills the op table read below)
+from plait.dsl.node import OPS, reductions
+
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
 LN2 = F32(0.6931471805599453)
@@ -75,9 +78,10 @@ BINARY = {
     "eq": np.equal, "ne": np.not_equal,
 }
 
-REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
-# The elementwise op that folds two partials of each reduction (ops_llvm emits these).
-REDUCE_COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+# The elementwise op that folds two partials of each reduction (ops_llvm emits these),
+# and its numpy fold, both from the op table's `combine`.
+REDUCE_COMBINE = {name: OPS[name].combine for name in reductions()}
+REDUCE = {name: BINARY[op] for name, op in REDUCE_COMBINE.items()}
 
 
 def reduce_fn(kind: str):
@@ -93,11 +97,13 @@ def reduce_identity(kind: str, dtype: np.dtype):
     max/min (an integer has no infinity)."""
     reduce_fn(kind)
     dtype = np.dtype(dtype)
-    if kind == "sum":
+    identity = OPS[kind].identity
+    if identity == "zero":
         return dtype.type(0)
-    if dtype.kind == "b":              # max is any, min is all
-        return dtype.type(kind == "min")
+    lowest = identity == "lowest"
+    if dtype.kind == "b":              # the lowest bool is False, the highest True
+        return dtype.type(not lowest)
     if dtype.kind == "f":
-        return dtype.type(-np.inf if kind == "max" else np.inf)
+        return dtype.type(-np.inf if lowest else np.inf)
     info = np.iinfo(dtype)
-    return dtype.type(info.min if kind == "max" else info.max)
+    return dtype.type(info.min if lowest else info.max)
