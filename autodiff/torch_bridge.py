@@ -125,7 +125,11 @@ def saved_by_schedule(algo: Algorithm, grad_schedule=None, arch: str | None = No
     elif not isinstance(grad_schedule, Schedule):
         from plait.schedule.loader import load_schedule
         grad_schedule = load_schedule(grad_schedule)
-    return tuple(grad_schedule.default.save) if grad_schedule is not None else ()
+    if grad_schedule is None:
+        return ()
+    from plait.schedule.validate import check_save_names
+    check_save_names(grad_schedule, algo.graph())   # a typo names its file:line, not later
+    return tuple(grad_schedule.default.save)
 
 
 def _renamed(schedule, name: str):

@@ -48,11 +48,11 @@ def vjp(algo: Algorithm, wrt=None, save=(), *, simplified: bool = True) -> Algor
         forward = algo.graph(_forward_dtypes(algo, dtypes))
         extra = {k: v for k, v in dtypes.items() if k not in {p.name for p in algo.params}}
         graph = differentiate(forward, wrt, save, cotangent_dtypes=extra)
-        if not simplified:
-            return graph
-        graph = simplify(graph)
-        if save:  # simplifying may have rebuilt a saved value in another spelling
+        if simplified:
+            graph = simplify(graph)
+        if simplified and save:  # simplifying may have rebuilt a saved value in another spelling
             graph = simplify(read_saved(graph, simplify(with_saved_outputs(forward, save)), save))
+        graph.forward = forward   # what the backward schedule's `save:` names live in
         return graph
 
     def default_dtypes(given: dict) -> dict:

@@ -12,7 +12,13 @@ if TYPE_CHECKING:
 
 
 class AlgorithmGraph:
-    """A traced algorithm: parameters, canonical axis order, and named output nodes."""
+    """A traced algorithm: parameters, canonical axis order, and named output nodes.
+
+    `forward` is set on a graph derived from another (a gradient): the graph it was
+    derived from, whose `name`d intermediates a schedule's `save:` refers to.
+    """
+
+    forward: "AlgorithmGraph | None" = None
 
     def __init__(self, name: str, params: list["Param"], axis_order: tuple[str, ...],
                  outputs: dict[str, Node]):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
-from plait.schedule.model import AxisBlock, KernelSchedule
+from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
 from plait.schedule.thread_load import check_thread_load
 
 
@@ -90,8 +90,9 @@ def effective_grid(axes: tuple[str, ...], ks: KernelSchedule) -> dict[str, int]:
 
 
 def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dict[str, int],
-                partial_axes: dict[str, str]) -> Layout:
-    """The layout of kernel `name` over `axes` under schedule `ks` for these sizes."""
+                partial_axes: dict[str, str], schedule: Schedule | None = None) -> Layout:
+    """The layout of kernel `name` over `axes` under schedule `ks` for these sizes.
+    `schedule` (whence `ks` came) only places schedule errors at their file and line."""
     grid = effective_grid(axes, ks)
     block = {a: b for a, b in ks.block if a in axes}
     col_axis = axes[-1] if axes else None
@@ -141,7 +142,8 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
     held = {m.axis: m.reps * m.vector for m in maps.values()}
     ahead = 1 if ks.prefetch is None else ks.prefetch
     check_thread_load(name, {a: held[a] for a in axes if a in held},
-                      1 + ahead if loop is not None and ks.prefetch_into != "shared" else 1)
+                      1 + ahead if loop is not None and ks.prefetch_into != "shared" else 1,
+                      schedule)
     gridded = tuple((a, grid[a]) for a in axes if a in grid)
     row = maps.get(row_candidates[0]) if row_candidates else None
     if ks.occupancy is not None and ks.occupancy * threads > 2048:

@@ -82,7 +82,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
             continue
         # A derived axis the kernel does not iterate over is one it writes partials along.
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
-        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes)
+        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes, schedule)
         threads.append(build_thread_program(tile, layout, full, aligned, target))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
 

@@ -230,6 +230,17 @@ class Schedule:
                 return self.default.merged(table[key])
         return self.default
 
+    def key_path(self, name: str, path: str) -> str:
+        """Where kernel `name` takes `path` ('block.N') from: its `kernels:` entry when that
+        sets the key ('kernels.dx.block.N'), else the top level; for error messages."""
+        table = dict(self.kernels)
+        short = name[len(self.algorithm) + 1:] if name.startswith(self.algorithm + ".") else name
+        field_name = path.split(".")[0]
+        for key in (name, short):
+            if key in table and getattr(table[key], field_name, None) not in (None, (), False):
+                return f"kernels.{key}.{path}"
+        return path
+
     def to_dict(self) -> dict:
         out: dict = {"algorithm": self.algorithm}
         if self.target:

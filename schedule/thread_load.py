@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import ScheduleError
+from .errors import ScheduleError, where
 
 # 512 is what one axis alone may reach (64 vectors of 8): softmax over a 128k vocabulary
 # with the shipped 256 x 8 block holds 63 x 8. Past it registers spill and ptxas crawls.
@@ -23,18 +23,28 @@ MAX_THREAD_ELEMENTS = 512
 
 
 def check_thread_load(kernel: str, elements: Mapping[str, int], in_flight: int = 1,
-                      prefetch_key: str = "prefetch") -> None:
+                      schedule=None) -> None:
     """Raise ScheduleError when `elements` (axis -> elements one thread holds along it)
-    times `in_flight` (rows a walking block keeps in registers) is over the bound."""
+    times `in_flight` (rows a walking block keeps in registers) is over the bound.
+
+    With `schedule` (the Schedule the kernel's mapping came from) the error starts with
+    the file and line of the key to change: `prefetch` where the rows in flight alone
+    tip it over, else the block entry of the widest axis."""
     total = in_flight
     for n in elements.values():
         total *= n
     if total <= MAX_THREAD_ELEMENTS:
         return
+    widest = max(elements, key=lambda a: elements[a]) if elements else None
+    key = "prefetch" if in_flight > 1 and total // in_flight <= MAX_THREAD_ELEMENTS \
+        else f"block.{widest}" if widest is not None else "block"
+    head, prefetch_key = "", "prefetch"
+    if schedule is not None:
+        head = where(schedule.source, schedule.lines, schedule.key_path(kernel, key))
+        prefetch_key = schedule.key_path(kernel, "prefetch")
     parts = " x ".join(f"{a}: {n}" for a, n in elements.items())
     if in_flight > 1:
         parts += f" x {in_flight} rows in flight"
-    widest = max(elements, key=lambda a: elements[a]) if elements else None
     fixes = []
     if widest is not None:
         fixes.append(f"give {widest} more threads (block.{widest}.threads), a smaller grid "
@@ -43,5 +53,5 @@ def check_thread_load(kernel: str, elements: Mapping[str, int], in_flight: int =
     if in_flight > 1:
         fixes.append(f"lower {prefetch_key}, or prefetch_into: shared (rows ahead wait in "
                      "shared memory)")
-    raise ScheduleError(f"kernel {kernel}: each thread would hold {total} elements ({parts}); "
-                        f"at most {MAX_THREAD_ELEMENTS}: " + "; or ".join(fixes))
+    raise ScheduleError(f"{head}kernel {kernel}: each thread would hold {total} elements "
+                        f"({parts}); at most {MAX_THREAD_ELEMENTS}: " + "; or ".join(fixes))

@@ -39,8 +39,8 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
 
     Without `graph` only what holds for any algorithm is checked (thread
     counts, vector widths, warps, reduction, dtypes); with it also the
-    algorithm's name, its axes and its tensor names; with `kernel_names` also
-    the keys under `kernels:`.
+    algorithm's name, its axes, its tensor names and the intermediates `save:`
+    names; with `kernel_names` also the keys under `kernels:`.
     """
     p = Problems(schedule.source, schedule.lines)
     if schedule.target is not None and not _TARGET.match(schedule.target):
@@ -131,6 +131,30 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
         if name != "default" and name not in tensors:
             p.unknown(f"dtypes.storage.{name}", name, tensors + ["default"], "tensor",
                       graph.name)
+    _check_save_names(p, specs, getattr(graph, "forward", None) or graph)
+
+
+def check_save_names(schedule: Schedule, forward) -> None:
+    """Raise ScheduleError for a `save:` name that labels no intermediate of `forward`
+    (the graph of the algorithm whose backward the schedule maps), nor one of its outputs."""
+    p = Problems(schedule.source, schedule.lines)
+    specs = [("", schedule.default, schedule.default)]
+    specs += [(f"kernels.{name}.", ks, ks) for name, ks in schedule.kernels]
+    _check_save_names(p, specs, forward)
+    p.raise_if_any()
+
+
+def _check_save_names(p: Problems, specs, forward) -> None:
+    # The forward graph, not a backward's: the backward's simplifier drops `name` nodes.
+    labels = sorted({n.attr("name") for n in forward.nodes if n.op == "name"})
+    known = labels + [o for o in forward.outputs if o not in labels]
+    for prefix, own, _ in specs:
+        for i, label in enumerate(own.save):
+            if isinstance(label, str) and label not in known:
+                listed = f"known: {', '.join(known)}" if known else "it names none"
+                p.add(f"{prefix}save.{i}", f"{label!r} names no intermediate of "
+                      f"{forward.name} ({listed}); label one with name(x, {label!r})",
+                      label, known)
 
 
 def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:

@@ -18,6 +18,7 @@ import builtins
 import inspect
 import itertools
 
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
@@ -190,6 +191,26 @@ def chain_error(out, ref, structure, sizes) -> float:
         return float("inf")
     scale = builtins.max(float(np.abs(ref).max(initial=0.0)), reduced_count(structure, sizes))
     return float(np.abs(out - ref).max(initial=0.0)) / scale
+
+
+def representable(graph, inputs) -> bool:
+    """Whether every value the graph computes, evaluated exactly (float64), stays within
+    half the largest finite number of its node's dtype.
+
+    A chain of reductions broadcast back grows by the reduced extent per step (sum over
+    70 of x - sum(x) is ~70x), so an fp16 program can have an exact answer past 65504:
+    the kernel's inf is then the right fp16 result and there is nothing to compare
+    against. Such a program is not a valid test case; one that stays in range is kept,
+    whatever the kernel computes. Half: the kernel's own roundings near the largest
+    finite may rightly tip a value over it."""
+    from plait.dsl import evaluate
+    from plait.dsl.graph import AlgorithmGraph
+    nodes = [n for n in graph.nodes if n.dtype.is_float and n.op not in ("input", "param")]
+    every = AlgorithmGraph(graph.name, graph.params, graph.axis_order,
+                           {f"v{i}": n for i, n in enumerate(nodes)})
+    values = evaluate(every, inputs)
+    return all(np.abs(values[f"v{i}"]).max(initial=0.0)
+               <= float(ml_dtypes.finfo(n.dtype.numpy).max) / 2 for i, n in enumerate(nodes))
 
 
 def chain_tolerance(dtype) -> float:
