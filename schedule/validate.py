@@ -149,6 +149,11 @@ def _check_save_names(p: Problems, specs, forward) -> None:
     labels = sorted({n.attr("name") for n in forward.nodes if n.op == "name"})
     known = labels + [o for o in forward.outputs if o not in labels]
     for prefix, own, _ in specs:
+        if prefix and own.save:        # nothing reads a kernel's own: refuse, never ignore
+            p.add(f"{prefix}save", "save: decides what the forward writes out for the "
+                  "backward, for the whole algorithm; write it at the top level of the "
+                  "schedule, not under kernels:")
+            continue
         for i, label in enumerate(own.save):
             if isinstance(label, str) and label not in known:
                 listed = f"known: {', '.join(known)}" if known else "it names none"
