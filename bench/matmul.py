@@ -118,6 +118,8 @@ def main():
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(table + "\n")
+        from chart import chart_if_possible
+        chart_if_possible(args.out)
 
 
 if __name__ == "__main__":

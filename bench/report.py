@@ -24,7 +24,10 @@ def peer_table(rows, copy_gbs: float, how: str, extra: str | None = None) -> str
 
 
 def publish(table: str, out: str | None) -> None:
+    """Print the table; with `out`, write it there and its chart beside it (bench/chart.py)."""
     print(table)
     if out:
         with open(out, "w") as fh:
             fh.write(table + "\n")
+        from chart import chart_if_possible
+        chart_if_possible(out)
