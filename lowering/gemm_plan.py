@@ -270,10 +270,12 @@ def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
 
 
 def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
-              schedule: ContractionSchedule | None, derived=()) -> GemmProgram:
+              schedule: ContractionSchedule | None, derived=(),
+              multiprocessors: int | None = None) -> GemmProgram:
     """The GemmProgram for this kernel, NotAGemm when it is no tensor-core contraction
     (or the target has none), PlaitError when the schedule asks for what cannot be.
-    `derived`: (axis, elements per index) of the compiler's axes, e.g. split-K ranges."""
+    `derived`: (axis, elements per index) of the compiler's axes, e.g. split-K ranges;
+    `multiprocessors`: the SMs the tiles are chosen to fill (the target's figure if None)."""
     spec = get_target(target)
     sched = spec.contraction.merged(schedule)
     if sched.instruction not in spec.instructions:
@@ -288,7 +290,7 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
     from .gemm_tiles import TILERS
     tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction",
-                                       spec)
+                                       spec, multiprocessors or spec.sms)
     plan = GemmProgram(
         tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
         *tiling, sched.raster, r.total, r.factors,

@@ -26,19 +26,20 @@ def _blocks(r, sizes, tm, tn) -> int:
     return count
 
 
-def _best_tile(r, sizes, table) -> tuple[int, int]:
-    """The tile with the most useful work per wave: efficiency x filled fraction of waves."""
+def _best_tile(r, sizes, table, sms: int = SMS) -> tuple[int, int]:
+    """The tile with the most useful work per wave of `sms` blocks: efficiency x filled
+    fraction of waves."""
     def score(entry):
         tm, tn, eff = entry
         blocks = _blocks(r, sizes, tm, tn)
-        waves = -(-blocks // SMS)
-        return eff * blocks / (waves * SMS)
+        waves = -(-blocks // sms)
+        return eff * blocks / (waves * sms)
     tm, tn, _ = max(table, key=score)
     return tm, tn
 
 
-def best_wgmma_tile(r, sizes) -> tuple[int, int]:
-    return _best_tile(r, sizes, WGMMA_TILES)
+def best_wgmma_tile(r, sizes, sms: int = SMS) -> tuple[int, int]:
+    return _best_tile(r, sizes, WGMMA_TILES, sms)
 
 
 SPLIT_K_MIN_K = 4096        # a K this long per output tile is worth splitting ...
@@ -46,30 +47,30 @@ SPLIT_K_MIN_RANGE = 1024    # ... into ranges no shorter than this
 SPLIT_K_MAX = 8
 
 
-def auto_split_k(m: int, n: int, k: int, batch: int) -> int:
+def auto_split_k(m: int, n: int, k: int, batch: int, sms: int = SMS) -> int:
     """Split-K for a wgmma contraction whose schedule leaves it open: only where even the
     smallest tiles (64x128) fill under half a wave and K is long; then enough ranges for
     128x128 tiles to fill one. On the H200 (2026-12-02) 512x512x16384 went from 110 to
     310 TFLOP/s with 8 ranges, while 1024x1024x8192, whose 64x128 tiles fill a wave, lost
     9-18% to splitting."""
     smallest = -(-m // 64) * -(-n // 128) * batch
-    if k < SPLIT_K_MIN_K or 2 * smallest > SMS:
+    if k < SPLIT_K_MIN_K or 2 * smallest > sms:
         return 1
     blocks = -(-m // 128) * -(-n // 128) * batch
-    return max(1, min(SPLIT_K_MAX, SMS // blocks, k // SPLIT_K_MIN_RANGE))
+    return max(1, min(SPLIT_K_MAX, sms // blocks, k // SPLIT_K_MIN_RANGE))
 
 
 ACC_HEADROOM = 32             # registers a consumer thread needs besides its accumulators (measured: 192x192 assembles in 128)
 
 
-def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str, spec):
+def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str, spec, sms: int = SMS):
     es = r.a.dtype.itemsize
     if es != 2 and not (r.a.k_major and r.b.k_major):
         from .gemm_plan import NotAGemm
         raise NotAGemm(f"wgmma reads {'fp8' if es == 1 else 'tf32'} operands K-major only: "
                        "store both with K innermost (e.g. B as [N, K])")
     tiles = sched.tiles
-    auto_m, auto_n = best_wgmma_tile(r, sizes)
+    auto_m, auto_n = best_wgmma_tile(r, sizes, sms)
     tm, tn = tiles.get(r.m, auto_m), tiles.get(r.n, auto_n)
     tk = tiles.get(r.k, SWIZZLE_BYTES // es)
     consumers = sched.warpgroups if sched.warpgroups is not None else tm // 64
@@ -121,7 +122,7 @@ def warp_grid(tm: int, tn: int, warps: int) -> tuple[int, int] | None:
     return None if best is None else best[1:]
 
 
-def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str, spec):
+def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str, spec, sms: int = SMS):
     """`spec`: the target's table entry. For mma_sync, `consumers` counts warps: 4 per warpgroup when the schedule gives
     `warpgroups`, otherwise one per 64x64 of the tile (4 to 8)."""
     es = r.a.dtype.itemsize
@@ -130,7 +131,7 @@ def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str, spec):
         raise NotAGemm(f"mma_sync is lowered for bf16 and fp16 operands, not {r.a.dtype} "
                        "(fp8 tensor cores are lowered for sm_90a's wgmma)")
     tiles = sched.tiles
-    auto_m, auto_n = _best_tile(r, sizes, MMA_TILES)
+    auto_m, auto_n = _best_tile(r, sizes, MMA_TILES, sms)
     tm, tn = tiles.get(r.m, auto_m), tiles.get(r.n, auto_n)
     tk = tiles.get(r.k, 32)
     warps = 4 * sched.warpgroups if sched.warpgroups is not None else \

@@ -284,7 +284,7 @@ class _Planner:
         m = extent(a for a in left.axes if a not in right.axes)
         n = extent(a for a in right.axes if a not in left.axes)
         batch = extent(a for a in left.axes if a in right.axes and a != k)
-        return auto_split_k(m, n, self.sizes[k], batch)
+        return auto_split_k(m, n, self.sizes[k], batch, self.multiprocessors)
 
     def _split_contraction(self, name, outputs, nodes, axes, ks, split: int) -> None:
         """Split-K: the contraction kernel sums `split` ranges of K into fp32 partials over

@@ -69,7 +69,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
                 try:
                     gemms[plan.name] = plan_gemm(
                         tile, full, target, aligned, plan.schedule.contraction,
-                        tuple((axis, chunk) for axis, _, chunk in kg.derived))
+                        tuple((axis, chunk) for axis, _, chunk in kg.derived),
+                        multiprocessors)
                 except NotAGemm as why:
                     generic[plan.name] = str(why)
         if all(p.name in gemms for p in kg.kernels if p.contraction):

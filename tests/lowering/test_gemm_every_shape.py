@@ -102,3 +102,14 @@ def test_aligned_rows_keep_the_tma():
     g = _gemm(low)
     assert tma_roles(g) == ("a", "b", "out")
     assert [a.kind for a in kernel_args(g)][:3] == ["tensormap"] * 3
+
+
+def test_tiles_fill_the_device_they_are_planned_for():
+    """The tile heuristic counts the device's SMs: 1024x1024 on 132 SMs takes 64x128 tiles
+    (128 blocks, one wave); on 16 SMs the big tile fills its waves as well and wins."""
+    graph = matmul.graph({"a": DType.BF16, "b": DType.BF16})
+    sizes = {"M": 1024, "N": 1024, "K": 1024}
+    many = _gemm(lower(graph, None, sizes, True, "sm_90a", 132))
+    few = _gemm(lower(graph, None, sizes, True, "sm_90a", 16))
+    assert (many.tile_m, many.tile_n) == (64, 128)
+    assert (few.tile_m, few.tile_n) == (128, 256)
