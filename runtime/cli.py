@@ -62,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--dir", help="cache folder (default: $PLAIT_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/plait, else ~/.cache/plait)")
     cache.set_defaults(func=cmd_cache)
+    tune = sub.add_parser("tune", help="search the contraction schedules on the GPU and write "
+                          "the fastest correct one as schedules/<arch>/<algorithm>.yaml")
+    _common(tune)
+    tune.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
+                      help="stop trying candidates after this long (default 120)")
+    tune.add_argument("--out", default="schedules", metavar="DIR",
+                      help="where <arch>/<algorithm>.yaml goes (default: ./schedules)")
+    tune.add_argument("--force", action="store_true", help="overwrite an existing file")
+    tune.add_argument("--workers", type=int, default=4, help="compile processes (default 4)")
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 
@@ -262,6 +272,34 @@ def cmd_cache(args) -> int:
         lines.append(f"removed {len(removed)} file{'s' * (len(removed) != 1)} from {where}")
     for line in lines:
         print(line)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from pathlib import Path
+
+    from . import api, driver
+    from .tune import gpu_runner, gpu_timer, tune
+    from .tune_output import target_path, write_schedule
+    algo = load_algorithm(args.file)
+    api.use_gpu("gpu", True)                # a clear error without a GPU
+    arch = api.gpu_target()
+    target_path(Path(args.out), algo.name, arch, args.force)   # refused before any work
+    dtypes = _dtypes(algo, args, api.resolve_schedule(algo, args.schedule, arch))
+    sizes = _sizes(algo, args.shape, "gpu")
+    graph = algo.graph(dtypes)
+    try:
+        from tqdm import tqdm
+
+        def progress(items, total):
+            return tqdm(items, total=total, desc=f"tuning {algo.name}", unit="schedule")
+    except ImportError:                      # the bar is the `tune` extra
+        progress = None
+    result = tune(algo, sizes, dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
+                  args.budget, algo_spec=args.file, workers=args.workers, progress=progress)
+    path = write_schedule(Path(args.out), result, driver.device_name(), dtypes, args.force)
+    best = result.best
+    print(f"best {best.ms:.4f} ms, default {result.default_ms:.4f} ms: {path}")
     return 0
 
 

@@ -228,6 +228,15 @@ def device_attribute(name: str, index: int = 0) -> int:
                       f"cuDeviceGetAttribute({name})"))
 
 
+def device_name(index: int = 0) -> str:
+    """The device's marketing name and driver version, e.g. 'NVIDIA H200, driver 12080'."""
+    drv = _init()["drv"]
+    raw = _check(drv, drv.cuDeviceGetName(256, _device(index)[0]), "cuDeviceGetName")
+    name = bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+    version = _check(drv, drv.cuDriverGetVersion(), "cuDriverGetVersion")
+    return f"{name}, driver {int(version)}"
+
+
 def multiprocessors(index: int = 0) -> int:
     """The multiprocessor count of a device (how many blocks a persistent kernel launches)."""
     key = ("multiprocessors", index)

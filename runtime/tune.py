@@ -1,0 +1,240 @@
+"""`plait tune`: search the contraction schedule space of an algorithm at given shapes.
+
+    result = tune(algo, sizes, dtypes, target, runner, timer, budget_s=60)
+
+Order of work: the candidates come from the target table (its instructions, their tile
+tables, stages that fit its shared memory, rasters, persistence); each is validated and
+lowered, so that an invalid one is refused with its reason and never compiled; the
+valid ones are compiled in parallel processes (filling the disk cache the runs then hit);
+each is run and checked against the float64 reference before it is timed; the fastest
+correct one wins. The runner and the timer are parameters: `gpu_runner`/`gpu_timer` on
+the device (CUDA-graph replays with L2 flushed), anything with the same signature in a
+test. `runtime/tune_output.py` writes the winner as a schedule file with its provenance.
+
+Tuned today: the top-level `contraction:` key (every contraction kernel of the
+algorithm). Generic kernels keep their schedule; one GPU times (several are not spread).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from plait.dsl.errors import PlaitError
+
+from .tolerance import max_rel_err, tolerance
+
+STAGES = (3, 4, 5)
+RASTERS = (4, 8, 16)
+
+
+@dataclass
+class Trial:
+    contraction: dict                 # the schedule's contraction: key, by axis names
+    error: str | None = None          # why it was refused, failed or was wrong
+    rel_err: float | None = None
+    ms: float | None = None
+
+
+@dataclass
+class TuneResult:
+    algorithm: str
+    target: str
+    sizes: dict
+    default_ms: float | None
+    trials: list = field(default_factory=list)
+
+    @property
+    def ranked(self) -> list:
+        return sorted((t for t in self.trials if t.ms is not None), key=lambda t: t.ms)
+
+    @property
+    def best(self) -> Trial | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def contraction_roles(graph, sizes, target) -> tuple[str, str] | None:
+    """The axes playing M and N in the algorithm's first tensor-core kernel at these
+    sizes (tiles are given by axis name), or None when no kernel reaches tensor cores."""
+    from plait.lowering.gemm_plan import GemmProgram
+    from plait.lowering.pipeline import lower
+    for t in lower(graph, None, sizes, True, target).threads:
+        if isinstance(t, GemmProgram):
+            return t.m, t.n
+    return None
+
+
+def candidates(graph, sizes, target) -> list[dict]:
+    """The contraction keys to try on `target`: each of its instructions' tiles x stages x
+    rasters (x persistence for wgmma); the lowering refuses what does not fit."""
+    from plait.lowering.gemm_tiles import MMA_TILES, WGMMA_TILES
+    from plait.lowering.target import get_target
+    roles = contraction_roles(graph, sizes, target)
+    if roles is None:
+        raise PlaitError(f"{graph.name}: no kernel runs on tensor cores at these sizes on "
+                         f"{target}; plait tune searches contraction schedules only")
+    m, n = roles
+    out = []
+    for instruction in get_target(target).instructions:
+        tiles = WGMMA_TILES if instruction == "wgmma" else MMA_TILES
+        persist = (True, False) if instruction == "wgmma" else (None,)
+        for (tm, tn, _), stages, raster, p in itertools.product(tiles, STAGES, RASTERS, persist):
+            key = {"instruction": instruction, "tile": {m: tm, n: tn}, "stages": stages,
+                   "raster": raster}
+            if p is not None:
+                key["persistent"] = p
+            out.append(key)
+    return out
+
+
+def schedule_of(graph, contraction: dict):
+    from plait.schedule.model import Schedule
+    from plait.schedule.validate import validate
+    s = Schedule.from_dict({"algorithm": graph.name, "contraction": contraction},
+                           source="<tune>")
+    validate(s, graph)
+    return s
+
+
+def refuse_invalid(graph, sizes, target, keys: list[dict]) -> tuple[list[Trial], list[Trial]]:
+    """(valid trials, refused trials with the reason): each candidate is validated and
+    lowered, never compiled, before it counts as valid."""
+    from plait.lowering.pipeline import lower
+    valid, refused = [], []
+    for key in keys:
+        trial = Trial(key)
+        try:
+            lower(graph, schedule_of(graph, key), sizes, True, target)
+            valid.append(trial)
+        except PlaitError as e:
+            trial.error = str(e)
+            refused.append(trial)
+    return valid, refused
+
+
+def _compile_one(args) -> str | None:
+    """In a worker process: compile one candidate into the disk cache; the error or None."""
+    algo_spec, dtypes, sizes, contraction, target = args
+    from plait.runtime import api
+    from plait.runtime.loading import load_algorithm
+    algo = load_algorithm(algo_spec)
+    try:
+        api.compile(algo, dtypes, sizes, schedule={"algorithm": algo.name,
+                                                   "contraction": contraction}, target=target)
+    except PlaitError as e:
+        return str(e)
+    return None
+
+
+def compile_all(algo_spec: str | None, dtypes, sizes, trials, target, workers: int) -> None:
+    """Compile the trials in `workers` processes (spawned: a forked CUDA context is not
+    usable); a compile error marks its trial. Without a file spec, nothing is done ahead
+    (the runs compile as they go)."""
+    if algo_spec is None or workers < 2 or not trials:
+        return
+    import multiprocessing
+    jobs = [(algo_spec, {k: str(v) for k, v in dtypes.items()}, sizes, t.contraction, target)
+            for t in trials]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for trial, err in zip(trials, pool.map(_compile_one, jobs)):
+            if err is not None:
+                trial.error = f"compile: {err}"
+
+
+def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: float = 60.0,
+         seed: int = 0, algo_spec: str | None = None, workers: int = 1,
+         progress=None) -> TuneResult:
+    """Search as the module docstring says. `runner(schedule, inputs) -> {output: array}`
+    runs one candidate (schedule None: the default) and `timer(schedule, inputs) -> ms`
+    times it; `progress(iterable, total)` wraps the loop (a tqdm bar on the CLI)."""
+    from plait.dsl.reference import evaluate
+    graph = algo.graph(dtypes)
+    rng = np.random.default_rng(seed)
+    inputs = {p.name: rng.standard_normal([sizes[a] for a in p.axes]).astype(np.float32)
+              .astype(dtypes[p.name].numpy) for p in algo.tensor_params}
+    reference = evaluate(graph, inputs)
+    tol = tolerance(list(dtypes.values()) + [n.dtype for n in graph.outputs.values()])
+    valid, refused = refuse_invalid(graph, sizes, target, candidates(graph, sizes, target))
+    result = TuneResult(algo.name, target, dict(sizes), timer(None, inputs), refused)
+    compile_all(algo_spec, dtypes, sizes, valid, target, workers)
+    start = time.monotonic()
+    loop = progress(valid, len(valid)) if progress else valid
+    for trial in loop:
+        result.trials.append(trial)
+        if trial.error is not None:
+            continue
+        if time.monotonic() - start > budget_s:
+            trial.error = "not tried: over the time budget"
+            continue
+        schedule = schedule_of(graph, trial.contraction)
+        try:
+            out = runner(schedule, inputs)
+        except PlaitError as e:
+            trial.error = f"run: {e}"
+            continue
+        trial.rel_err = max(max_rel_err(out[o], reference[o]) for o in graph.outputs)
+        if not trial.rel_err <= tol:
+            trial.error = f"wrong: max_rel_err {trial.rel_err:.3g} over {tol:g}"
+            continue
+        trial.ms = timer(schedule, inputs)
+    return result
+
+
+# ---- on the GPU -------------------------------------------------------------------------
+
+def _cuda_inputs(inputs: dict) -> dict:
+    import torch
+    return {k: _to_torch(v) if v.dtype.kind == "V" else torch.from_numpy(np.asarray(v)).cuda()
+            for k, v in inputs.items()}
+
+
+def gpu_runner(algo, graph):
+    """Run a candidate with plait.run on CUDA tensors; outputs back as float32 numpy."""
+    import plait
+    names = list(graph.outputs)
+
+    def run(schedule, inputs):
+        out = plait.run(algo, schedule=schedule, **_cuda_inputs(inputs))
+        if not isinstance(out, dict):
+            out = dict(zip(names, out if isinstance(out, tuple) else (out,)))
+        return {k: v.float().cpu().numpy() for k, v in out.items()}
+    return run
+
+
+def _to_torch(a):
+    """A numpy array of a narrow float (ml_dtypes) as a CUDA tensor of the same dtype."""
+    import torch
+    names = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn,
+             "float8_e5m2": torch.float8_e5m2}
+    return torch.from_numpy(a.astype(np.float32)).cuda().to(names[a.dtype.name])
+
+
+def gpu_timer(algo, repeats: int = 50):
+    """Median ms of CUDA-graph replays of plait.run, the L2 flushed before each."""
+    import torch
+
+    import plait
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")   # > the H200's L2
+
+    def time_it(schedule, inputs):
+        args = _cuda_inputs(inputs)
+        for _ in range(3):
+            plait.run(algo, schedule=schedule, **args)     # compile, warm up
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plait.run(algo, schedule=schedule, **args)
+        times = []
+        for _ in range(repeats):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return float(np.median(times))
+    return time_it
