@@ -8,6 +8,7 @@ EXAMPLES = {
     "layernorm": ("layernorm", ("x", "w", "b"), {"M": 37, "N": 3001}),
     "rmsnorm": ("rmsnorm", ("x", "w"), {"M": 29, "N": 2049}),
     "softmax": ("softmax", ("x",), {"M": 33, "N": 1531}),
+    "causal_softmax": ("causal_softmax", ("x",), {"M": 37, "N": 1531}),
     "swiglu": ("swiglu", ("g", "u"), {"M": 19, "N": 4101}),
     "geglu": ("geglu", ("g", "u"), {"M": 17, "N": 5003}),
 }

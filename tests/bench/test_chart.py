@@ -1,11 +1,14 @@
 """bench/chart.py reads the tables the benchmarks write and draws every contender."""
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import chart  # noqa: E402
+# Loaded by path: bench/ on sys.path would shadow examples/matmul.py with bench/matmul.py.
+_SPEC = importlib.util.spec_from_file_location(
+    "plait_bench_chart", Path(__file__).resolve().parents[2] / "bench" / "chart.py")
+chart = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(chart)
 
 TABLE = """2026-12-03 · NVIDIA H200 · CUDA graph replay medians
 

@@ -36,6 +36,9 @@ CASES = {
                       scalars={"eps": 1e-3}),
     "rmsnorm": Case({"x": (3, 45), "w": (45,)}, _rms),
     "softmax": Case({"x": (4, 33)}, lambda x: torch.softmax(x, -1), scale=3.0),
+    "causal_softmax": Case({"x": (35, 33)}, lambda x: torch.softmax(
+        x.masked_fill(~torch.ones_like(x, dtype=torch.bool).tril(), float("-inf")), -1),
+        scale=3.0),
     "swiglu": Case({"g": (3, 29), "u": (3, 29)}, lambda g, u: F.silu(g) * u),
     "geglu": Case({"g": (3, 31), "u": (3, 31)}, lambda g, u: _erf_gelu(g) * u),
     "matmul": Case({"a": (19, 21), "b": (21, 23)}, lambda a, b: a @ b),
