@@ -61,7 +61,7 @@ def run_tutorial(path: Path, tmp_path: Path, gpu: bool) -> None:
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "tutorial ok" in done.stdout, \
-        f"{path.relative_to(ROOT)}:\n{done.stderr[-4000:]}"
+        f"{path}:\n{done.stderr[-4000:]}"
 
 
 def test_there_are_tutorials():
