@@ -268,8 +268,8 @@ class Compiled:
             for func, grid, block, shared, packed, name in self._launches:
                 packed.set_pointers(pointers)
                 launch(func, grid, block, shared, stream, packed.address, name)
-                if self._sync_each:
-                    driver.synchronize(int(stream))
+                if self._sync_each:          # PLAIT_SYNC: a fault names its kernel
+                    driver.synchronize(int(stream), name)
         finally:
             if pushed:
                 driver.leave()

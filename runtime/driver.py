@@ -430,13 +430,15 @@ def memset(ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
                                         drv.CUstream(int(stream))), f"cuMemsetD8Async({nbytes})")
 
 
-def synchronize(stream: int | None = None) -> None:
-    """Wait for one stream, or (None) for all work in the context; surfaces kernel faults."""
+def synchronize(stream: int | None = None, kernel: str | None = None) -> None:
+    """Wait for one stream, or (None) for all work in the context; surfaces kernel faults,
+    naming `kernel` when the caller knows which one was just launched (PLAIT_SYNC)."""
     drv = _ready()
     if stream is None:
-        _check(drv, drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        _check(drv, drv.cuCtxSynchronize(), "cuCtxSynchronize", kernel)
     else:
-        _check(drv, drv.cuStreamSynchronize(drv.CUstream(int(stream))), "cuStreamSynchronize")
+        _check(drv, drv.cuStreamSynchronize(drv.CUstream(int(stream))), "cuStreamSynchronize",
+               kernel)
 
 
 # ---------------------------------------------------------------- tensor maps
