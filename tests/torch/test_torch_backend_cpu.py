@@ -122,3 +122,9 @@ def test_bf16_within_bf16_tolerance():
 def test_backend_name_is_registered():
     from torch._dynamo.backends.registry import lookup_backend
     assert lookup_backend("plait") is backend.plait_backend
+
+
+def test_llama_block():
+    from backend_models import Block
+    s = _check(Block(16, 2, 24), (2, 5, 16), fully_plait=True)
+    assert s.get("regions", 0) >= 4, s
