@@ -1,0 +1,69 @@
+"""Training-step time of a LLaMA-style block (tests/torch/backend_models.Block) in bf16:
+torch.compile(backend="plait") against backend="inductor" and eager, in one process.
+
+    python bench/torch_backend.py [--dim 1024 --heads 8 --hidden 2816 --batch 4 --seq 512]
+
+A step is forward, a scalar loss and backward (parameter gradients). Each backend's first
+steps compile and are not timed; then `triton.testing.do_bench` (median, L2 flushed)
+times steps. The table gives ms per step and each figure's ratio to eager, and the plait
+line says how many regions ran through plait and how many fell back.
+"""
+import argparse
+import copy
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "torch"))
+from backend_models import Block  # noqa: E402
+
+import plait.runtime.torch_backend as plait_backend  # noqa: E402
+
+
+def step_fn(model, x):
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        model(x).float().pow(2).mean().backward()
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=2816)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--rep", type=int, default=200, help="do_bench rep (ms)")
+    args = ap.parse_args()
+    from triton.testing import do_bench
+
+    torch.manual_seed(0)
+    base = Block(args.dim, args.heads, args.hidden).cuda().to(torch.bfloat16)
+    x = torch.randn(args.batch, args.seq, args.dim, device="cuda", dtype=torch.bfloat16)
+    rows = []
+    for name in ("eager", "inductor", "plait"):
+        torch._dynamo.reset()
+        plait_backend.reset_stats()
+        model = copy.deepcopy(base)
+        run = model if name == "eager" else torch.compile(model, backend=name)
+        step = step_fn(run, x)
+        for _ in range(3):                    # compile and warm up
+            step()
+        torch.cuda.synchronize()
+        ms = do_bench(step, rep=args.rep, return_mode="median")
+        rows.append((name, ms, plait_backend.stats() if name == "plait" else None))
+    eager_ms = rows[0][1]
+    print(f"LLaMA-style block bf16 train step: B{args.batch} T{args.seq} D{args.dim} "
+          f"H{args.heads} hidden {args.hidden}; torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name()}")
+    print(f"{'backend':<10} {'ms/step':>9} {'vs eager':>9}")
+    for name, ms, _ in rows:
+        print(f"{name:<10} {ms:9.3f} {eager_ms / ms:8.2f}x")
+    print("plait regions:", rows[2][2])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""`torch.compile(model, backend="plait")`: the graph's supported parts run as plait kernels.
+
+    import torch
+    model = torch.compile(model, backend="plait")   # found through the entry point
+    loss = model(x).sum(); loss.backward()          # forward and backward both compiled
+
+Dynamo hands the backend a graph; AOTAutograd (torch's own, through
+`torch._dynamo.backends.common.aot_autograd`) splits it into forward and backward ATen
+graphs, decomposing composite ops (softmax, GELU's backward, ...) into ones the op table
+has. Each of the two graphs goes through fx_partition: maximal regions of supported nodes
+become plait algorithms (fx_region) run by PlaitRegion (fx_runner); everything else is
+left as the FX nodes torch runs. A region plait refuses runs as torch would, and the
+logger "plait.torch_backend" says why (PLAIT_TORCH_DEBUG=1 prints it, and each region's
+DSL source, on stderr).
+
+The name "plait" is registered through the `torch_dynamo_backends` entry point in
+pyproject.toml, which torch reads when it looks a backend name up, so `import plait` never
+imports torch. `register()` registers it explicitly (an editable install without
+metadata). `stats()` counts regions built, compiled, refused and calls either way; tests
+read it to know that plait ran.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import sys
+
+import torch
+
+from . import fx_ops
+from .fx_partition import plait_regions
+
+log = logging.getLogger("plait.torch_backend")
+_STATS: collections.Counter = collections.Counter()
+_GRAPHS = itertools.count()
+
+if os.environ.get("PLAIT_TORCH_DEBUG"):
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("[plait.torch_backend] %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.DEBUG)
+
+
+def stats() -> dict:
+    """regions (written as plait), regions_compiled, regions_refused, region_calls,
+    fallback_calls: since import or the last reset_stats()."""
+    return dict(_STATS)
+
+
+def reset_stats() -> None:
+    _STATS.clear()
+
+
+def _compiler(kind: str):
+    from functorch.compile import make_boxed_func
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        label = f"{kind}{next(_GRAPHS)}"
+        gm = plait_regions(gm, _STATS, label)
+        log.debug("%s after partitioning:\n%s", label, gm.code)
+        return make_boxed_func(gm.forward)
+    compile_graph.__name__ = f"plait_{kind}_compiler"
+    return compile_graph
+
+
+def _aot():
+    from torch._dynamo.backends.common import aot_autograd
+    return aot_autograd(fw_compiler=_compiler("fw"), bw_compiler=_compiler("bw"),
+                        decompositions=fx_ops.decompositions())
+
+
+def plait_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The torch.compile backend: AOTAutograd with plait compiling both graphs."""
+    return _aot()(gm, example_inputs)
+
+
+def register() -> None:
+    """Register "plait" with torch._dynamo now (a no-op once it is registered)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    if "plait" not in _COMPILER_FNS:
+        register_backend(name="plait")(plait_backend)
+
+
+def _entry_point_installed() -> bool:
+    from importlib.metadata import entry_points
+    return any(ep.name == "plait" and ep.value.startswith(__name__)
+               for ep in entry_points(group="torch_dynamo_backends"))
+
+
+# With the entry point installed, torch registers the name itself when it loads this module
+# through it (registering here first would make torch's own registration a duplicate).
+if not _entry_point_installed():
+    register()
