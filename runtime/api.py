@@ -92,8 +92,22 @@ def _resolve_schedule(algo, schedule, arch: str, graph=None):
         raise PlaitError(f"schedule must be a Schedule, a dict, a file or a folder, not "
                          f"{type(schedule).__name__}")
     if found is not None:
+        from plait.schedule.errors import ScheduleError
         from plait.schedule.validate import validate
-        validate(found, graph)
+        try:
+            validate(found, graph)
+        except ScheduleError as e:
+            if schedule is not None:
+                raise                 # the user's own schedule: its errors are theirs
+            # Found by name alone: another algorithm's schedule that shares the name (a
+            # user's `softmax` over other axes) is not this one's. Say so; use the default.
+            import warnings
+            from plait.dsl.errors import PlaitWarning
+            warnings.warn(PlaitWarning(
+                f"{algo.name}: the schedule found by name ({found.source}) does not fit this "
+                f"algorithm ({' | '.join(str(e).splitlines())}); using the default schedule"),
+                stacklevel=3)
+            return None
     return found
 
 

@@ -194,3 +194,37 @@ def test_a_saved_value_of_another_dtype_is_refused():
         plait.run(bwd, x, dout=dy, r=r, device="cpu")
     out = plait.run(bwd, x, dout=dy, r=r.astype(ml_dtypes.bfloat16), device="cpu")
     assert np.isfinite(out["dx"].astype(np.float32)).all()
+
+
+def test_a_shipped_schedule_for_another_algorithm_of_the_same_name_is_not_applied():
+    """A user's causal_softmax over [S, T] shares its name with the shipped example (over
+    [M, N]): the lookup's schedule does not fit, so the default is used and a warning says
+    why; the same file given explicitly is still an error."""
+    import warnings
+
+    import numpy as np
+
+    import plait
+    from plait.dsl import Tensor, algorithm, exp, index, max, sum, where
+    from plait.dsl.errors import PlaitWarning
+    from plait.schedule import ScheduleError
+    from plait.schedule.lookup import shipped_folder
+
+    @algorithm
+    def causal_softmax(s: Tensor["S", "T"]):
+        masked = where(index("T") <= index("S"), s, float("-inf"))
+        e = exp(masked - max(masked, over="T"))
+        return e / sum(e, over="T")
+
+    x = np.random.default_rng(2).standard_normal((9, 11)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = plait.run(causal_softmax, x, device="cpu")
+    assert any(issubclass(w.category, PlaitWarning) and "does not fit" in str(w.message)
+               for w in caught)
+    keep = np.arange(11)[None, :] <= np.arange(9)[:, None]
+    e = np.where(keep, np.exp(x - np.where(keep, x, -np.inf).max(1, keepdims=True)), 0)
+    np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), atol=2e-6)
+    shipped = shipped_folder() / "sm_90" / "causal_softmax.yaml"
+    with pytest.raises(ScheduleError, match="unknown axis 'M'"):
+        plait.run(causal_softmax, x, device="cpu", schedule=str(shipped))
