@@ -325,12 +325,7 @@ def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 
     cuda-bindings version accepts as a plain address.
     """
     drv = _ready()
-    gx, gy, gz = _dim3(grid)
-    bx, by, bz = _dim3(block)
-    if gx > 2**31 - 1 or gy > MAX_GRID_Y or gz > MAX_GRID_Y:
-        raise CudaError(f"kernel {kernel}: grid {gx}x{gy}x{gz} exceeds the GPU's grid limits")
-    if bx * by * bz > 1024:
-        raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")
+    (gx, gy, gz), (bx, by, bz) = check_launch(grid, block, kernel)
     set_dynamic_shared(func, shared, kernel)
     # keep alive until the launch returns; a ctypes array (a tensor map) goes as it is
     holders = [value if isinstance(value, ctypes.Array) else ctype(value) for value, ctype in args]
