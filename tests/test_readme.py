@@ -14,20 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from markdown_blocks import code_blocks
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-_FENCE = re.compile(r"^( *)```(\w+)\n(.*?)^\1```", re.S | re.M)
 
 
 def _blocks(lang: str) -> list[tuple[int, str]]:
-    text = README.read_text()
-    out = []
-    for m in _FENCE.finditer(text):
-        if m.group(2) == lang:
-            indent = len(m.group(1))
-            body = "\n".join(line[indent:] for line in m.group(3).splitlines())
-            out.append((text[:m.start()].count("\n") + 2, body + "\n"))
-    return out
+    return code_blocks(README, lang)
 
 
 def test_the_readme_has_python_blocks():

@@ -16,21 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from markdown_blocks import code_blocks
+
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.md"))
-_FENCE = re.compile(r"^( *)```(\w+)\n(.*?)^\1```", re.S | re.M)
 _CHECK = re.compile(r"assert|testing\.assert_|np\.allclose|torch\.allclose")
 
 
 def _blocks(path: Path, lang: str) -> list[tuple[int, str]]:
-    text = path.read_text()
-    out = []
-    for m in _FENCE.finditer(text):
-        if m.group(2) == lang:
-            indent = len(m.group(1))
-            body = "\n".join(line[indent:] for line in m.group(3).splitlines())
-            out.append((text[:m.start()].count("\n") + 2, body + "\n"))
-    return out
+    return code_blocks(path, lang)
 
 
 _RUNNER = """
