@@ -5,7 +5,8 @@
 # shape: the every-shape GPU tests; tier: the rest of the GPU tier (tests/torch aside);
 # torch: tests/torch's GPU twins; memcheck/racecheck: compute-sanitizer over the
 # examples at odd shapes; bench: bench/matmul.py's unaligned, small and default sets;
-# host: bench/host_overhead.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
+# host: bench/host_overhead.py; hostfast: the same and the runtime's GPU tests with
+# PLAIT_CTYPES_LAUNCH=1; breakdown: bench/host_breakdown.py; backend: bench/torch_backend.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,6 +29,10 @@ for stage in ${STAGES:-shape tier memcheck}; do
           --out "$OUT/matmul_$set.md" 2>&1 | tee "$OUT/bench_$set.log" | tail -8
       done ;;
     host) timeout 120 python3 bench/host_overhead.py --calls 2000 --repeats 7 2>&1 | tee "$OUT/host.log" | tail -14 ;;
+    hostfast) PLAIT_CTYPES_LAUNCH=1 timeout 120 python3 bench/host_overhead.py --calls 2000 --repeats 7 2>&1 | tee "$OUT/host_ctypes.log" | tail -14
+      PLAIT_CTYPES_LAUNCH=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime tests/gpu/test_examples_gpu.py 2>&1 | tee "$OUT/ctypes_tests.log" | tail -4 ;;
+    breakdown) timeout 90 python3 bench/host_breakdown.py 2>&1 | tee "$OUT/host_breakdown.log" | tail -14 ;;
+    backend) timeout ${BACKEND_TIMEOUT:-150} python3 bench/torch_backend.py 2>&1 | tee "$OUT/torch_backend.log" | tail -8 ;;
     compile) timeout 90 python3 bench/compile_time.py 2>&1 | tee "$OUT/compile.log" | tail -6 ;;
   esac
 done

@@ -72,14 +72,7 @@ class EpilogueEmitter:
             return L.convert(b, args[0], op.dtype)
         if kind == "round":
             return L.round_to(b, intr, args[0], op.attr("round"))
-        if kind == "where":
-            value = b.select(*args)
-        elif len(args) == 1:
-            value = L.unary(b, intr, kind, args[0])
-        else:
-            value = L.binary(b, intr, kind, *args)
-        target = op.attr("round")
-        return value if target is None else L.round_to(b, intr, value, target)
+        return L.elementwise(b, intr, kind, args, op.attr("round"))
 
     def _load(self, op, offsets):
         """One element of another tensor, its index clamped inside it: the register value

@@ -29,6 +29,7 @@ from .gemm_tiles import auto_split_k
 from .layout import effective_grid
 from .llvm_limits import SMS
 from .policy import ResolvedPolicy
+from .streaming import NotStreamable, Stream, check_sizes, find_stream
 
 REDUCE_OPS = reductions()           # from the op table
 SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
@@ -41,6 +42,7 @@ class KernelPlan:
     axes: tuple[str, ...]                    # iteration axes, canonical order
     schedule: KernelSchedule
     contraction: bool = False                # kept whole for the tensor-core lowering
+    stream: Stream | None = None             # a softmax-weighted contraction walked by tiles
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class KernelGraph:
     # lowering, and `generic` says why a contraction kernel did not (kernel -> reason).
     contractions: tuple = ()
     generic: tuple[tuple[str, str], ...] = ()
+    unstreamed: tuple[tuple[str, str], ...] = ()   # output -> why it was not streamed
 
     def text(self) -> str:
         lines = [f"kernel graph {self.algorithm}"]
@@ -66,13 +69,19 @@ class KernelGraph:
             lines.append(f"  {c.text()}")
         for name, why in self.generic:
             lines.append(f"  kernel {name} runs without tensor cores: {why}")
+        for name, why in self.unstreamed:
+            lines.append(f"  output {name} is not streamed: {why}")
+        for k in self.kernels:
+            if k.stream is not None:
+                lines.append(f"  {k.stream.text()}")
         for k in self.kernels:
             reads = sorted({n.attr("name") for _, v in k.outputs
                             for n in topo_order([v]) if n.op == "input"})
             lines.append(f"  kernel {k.name}{' (tensor cores)' if k.contraction else ''} "
                          f"over [{','.join(k.axes)}] "
                          f"reads {', '.join(reads) or '-'} writes "
-                         f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}")
+                         f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}"
+                         + (" (streamed)" if k.stream is not None else ""))
         return "\n".join(lines) + "\n"
 
 
@@ -133,6 +142,9 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
             if node is not None:
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
     outputs, staged = dict(graph.outputs), []
+    streamed, unstreamed = _streams(graph, schedule, sizes, tensor_cores, outputs)
+    for name in streamed:
+        del outputs[name]
     if tensor_cores:      # computed operands and reduced contractions become temporaries
         staged, outputs = stage_contractions(graph.name, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
@@ -152,14 +164,70 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     for buf, value in staged:
         planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
         planner.plan(buf, {buf: value})
+    for out, st in streamed.items():
+        buffers.append(Buffer(out, policy.storage_of(out, st.out.dtype), st.out.axes,
+                              "output"))
+        name = _kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
+        planner.kernels.append(_stream_plan(name, out, st, schedule, tensor_cores,
+                                            graph.axis_order))
     for group in groups.values():
-        name = _kernel_name(graph, group, len(groups) + len(staged))
+        name = _kernel_name(graph, group, len(groups) + len(staged) + len(streamed))
         planner.plan(name, {o: outputs[o] for o in group})
     if schedule is not None:   # a `kernels:` key naming no kernel would be ignored silently
         check_kernel_keys(schedule, [k.name for k in planner.kernels])
     return KernelGraph(graph.name, planner.axis_order, tuple(planner.kernels),
                        tuple(buffers + planner.temps), tuple(planner.derived),
-                       tuple(find_contractions(graph)), tuple(sorted(generic.items())))
+                       tuple(find_contractions(graph)), tuple(sorted(generic.items())),
+                       tuple(sorted(unstreamed.items())))
+
+
+def _streams(graph, schedule, sizes, tensor_cores, outputs) -> tuple[dict, dict]:
+    """({output: Stream} to stream, {output: why not}) for the softmax-weighted
+    contractions among the outputs. A reason is kept only where the schedule asked for
+    streaming (a `stream:` tile) or the output has the shape and a size stops it."""
+    streamed, why = {}, {}
+    for name, node in outputs.items():
+        ks = schedule.for_kernel(graph.name if len(outputs) == 1 else f"{graph.name}.{name}") \
+            if schedule is not None else KernelSchedule()
+        if ks.stream is False:
+            continue
+        try:
+            st = find_stream(node)
+        except NotStreamable as e:
+            if ks.stream:
+                why[name] = str(e)
+            continue
+        try:
+            if not tensor_cores:
+                raise NotStreamable("the target has no tensor cores")
+            check_sizes(st, sizes)
+            if ks.stream and dict(ks.stream).keys() != {st.keys}:
+                raise NotStreamable(f"the schedule streams {', '.join(dict(ks.stream))}, "
+                                    f"but the softmax runs over {st.keys}")
+        except NotStreamable as e:
+            why[name] = str(e)
+            continue
+        streamed[name] = st
+    return streamed, why
+
+
+def _stream_plan(name, out, st: Stream, schedule, instruction, order) -> KernelPlan:
+    """The kernel of one streamed contraction: blocks over the batch axes and tiles of
+    query rows, the keys walked `stream` at a time (the target's defaults where the
+    schedule is silent)."""
+    from .target import TARGETS
+    defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
+    ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
+    rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
+    keys = dict(ks.stream).get(st.keys, defaults.stream_keys) if ks.stream else \
+        defaults.stream_keys
+    if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
+        raise PlaitError(f"kernel {name}: a streamed kernel takes query rows per block in "
+                         f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")
+    grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
+    axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth, st.cols))
+    return KernelPlan(name, ((out, st.out),), axes,
+                      replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)
 
 
 def _is_contraction_kernel(nodes: list[Node]) -> bool:

@@ -152,6 +152,18 @@ def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     return {"add": b.add, "sub": b.sub, "mul": b.mul, "div": b.sdiv}[op](x, y)
 
 
+def elementwise(b: ir.IRBuilder, intr: Intrinsics, op: str, args: list, rounding=None):
+    """One elementwise op of the tile IR on register values (`where`, a unary or a binary
+    op), rounded to `rounding` (a narrow float dtype) when the policy asks for it."""
+    if op == "where":
+        value = b.select(*args)
+    elif len(args) == 1:
+        value = unary(b, intr, op, args[0])
+    else:
+        value = binary(b, intr, op, *args)
+    return value if rounding is None else round_to(b, intr, value, rounding)
+
+
 # ---- conversions between storage bits and fp32 registers --------------------
 def decode(b: ir.IRBuilder, bits, dtype: DType):
     """Storage bits (an integer of the dtype's width) to the register value."""

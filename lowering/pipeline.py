@@ -28,7 +28,10 @@ from .policy import resolve
 from .target import DEFAULT_TARGET, get_target
 from .llvm_limits import SMS, STATIC_SHARED_LIMIT
 from .thread import ThreadProgram, build_thread_program
-from .tile import TileProgram, build_tile_programs
+from .stream_emulate import run_stream_program
+from .stream_plan import StreamKernel, plan_stream
+from .tile import TileProgram
+from .tile_stream import build_all_tile_programs
 
 
 
@@ -38,7 +41,7 @@ class Lowered:
     kernel on tensor cores is a GemmProgram where the others have a ThreadProgram."""
     kernel_graph: KernelGraph
     tiles: tuple[TileProgram, ...]
-    threads: tuple[ThreadProgram | GemmProgram, ...]
+    threads: tuple[ThreadProgram | GemmProgram | StreamKernel, ...]
     sizes: dict
 
 
@@ -59,7 +62,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     while True:
         kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic,
                                 multiprocessors)
-        tiles = build_tile_programs(kg, policy)
+        tiles = build_all_tile_programs(kg, policy)
         full = dict(sizes)
         for axis, src, tile in kg.derived:
             full[axis] = -(-full[src] // tile)
@@ -80,6 +83,9 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     for plan, tile in zip(kg.kernels, tiles):
         if plan.name in gemms:
             threads.append(gemms[plan.name])
+            continue
+        if plan.stream is not None:
+            threads.append(plan_stream(tile, plan, full, target))
             continue
         # A derived axis the kernel does not iterate over is one it writes partials along.
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
@@ -111,7 +117,7 @@ def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: 
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     parts = [low.kernel_graph.text()]
     for t in low.threads:
-        if isinstance(t, GemmProgram):
+        if isinstance(t, (GemmProgram, StreamKernel)):
             parts.append(t.text())
             continue
         parts.append(t.layout.text())
@@ -152,6 +158,10 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
         if isinstance(t, GemmProgram):
             kernels.append(gemm_backend(t).gemm_kernel(t, entry))
             continue
+        if isinstance(t, StreamKernel):
+            from .stream_sm80 import stream_kernel
+            kernels.append(stream_kernel(t, entry))
+            continue
         ptx = emit_ptx(t, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
@@ -179,6 +189,8 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
     for t in low.threads:
         if isinstance(t, GemmProgram):
             run_gemm_program(t, low.sizes, arrays, values)
+        elif isinstance(t, StreamKernel):
+            run_stream_program(t.tile, low.sizes, arrays, values)
         else:
             emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
@@ -208,6 +220,10 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
         if isinstance(t, GemmProgram):
             llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
             ptx[t.name] = gemm_backend(t).gemm_ptx(llir[t.name], t, entry)
+        elif isinstance(t, StreamKernel):
+            from .stream_sm80 import emit_stream_llvm_ir, stream_ptx
+            llir[t.name] = emit_stream_llvm_ir(t, entry)
+            ptx[t.name] = stream_ptx(llir[t.name], t, entry)
         else:
             llir[t.name] = emit_llvm_ir(t, entry, target)
             ptx[t.name] = llvm_to_ptx(llir[t.name], target)

@@ -31,6 +31,10 @@ class Target:
     fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
     contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
     registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
+    # A streamed softmax-weighted contraction (attention): query rows per block (16 per
+    # warp) and keys per loop step, where the schedule leaves them open.
+    stream_rows: int = 128
+    stream_keys: int = 64
 
 
 # mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.

@@ -165,6 +165,9 @@ class _Builder:
         return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
 
 
-def build_tile_programs(kg: KernelGraph, policy: ResolvedPolicy) -> list[TileProgram]:
+def build_tile_programs(kg: KernelGraph, policy: ResolvedPolicy,
+                        plans: list[KernelPlan] | None = None) -> list[TileProgram]:
+    """The tile program of each of `plans` (default: every kernel of `kg`)."""
     buffers = {b.name: b for b in kg.buffers}
-    return [_Builder(plan, buffers, policy).build() for plan in kg.kernels]
+    return [_Builder(plan, buffers, policy).build() for plan in
+            (kg.kernels if plans is None else plans)]

@@ -108,6 +108,10 @@ class KernelSchedule:
       of recomputing (autodiff).
     contraction: the tensor-core mapping of a kernel that is a contraction
       (`schedule/contraction.py`); None lets the target's default choose.
+    stream: a softmax-weighted contraction (attention's `sum(softmax(s, over=T) * v,
+      over=T)`) walked along T in tiles, carrying running max, sum and accumulator (online
+      softmax): `{T: 64}` streams T 64 at a time; False keeps the scores in memory; None
+      streams where the kernel has that shape, with the target's default tile.
     """
     grid: tuple[tuple[str, int | str], ...] = ()
     block: tuple[tuple[str, AxisBlock], ...] = ()
@@ -119,6 +123,7 @@ class KernelSchedule:
     contraction: ContractionSchedule | None = None
     prefetch: int | None = None
     prefetch_into: str | None = None
+    stream: tuple[tuple[str, int], ...] | bool | None = None
 
     @property
     def grid_tiles(self) -> dict[str, int]:
@@ -157,6 +162,8 @@ class KernelSchedule:
             out["prefetch"] = self.prefetch
         if self.prefetch_into is not None:
             out["prefetch_into"] = self.prefetch_into
+        if self.stream is not None:
+            out["stream"] = dict(self.stream) if self.stream else False
         return out
 
     @staticmethod
@@ -177,6 +184,7 @@ class KernelSchedule:
             contraction=ContractionSchedule.from_dict(d.get("contraction")),
             prefetch=None if d.get("prefetch") is None else int(d["prefetch"]),
             prefetch_into=d.get("prefetch_into"),
+            stream=_stream(d.get("stream")),
         )
 
     def merged(self, override: "KernelSchedule") -> "KernelSchedule":
@@ -194,7 +202,17 @@ class KernelSchedule:
                          else self.contraction.merged(override.contraction)),
             prefetch=override.prefetch if override.prefetch is not None else self.prefetch,
             prefetch_into=override.prefetch_into or self.prefetch_into,
+            stream=override.stream if override.stream is not None else self.stream,
         )
+
+
+def _stream(value) -> tuple[tuple[str, int], ...] | bool | None:
+    """The `stream:` key read (the schema has checked it): None, False, or (axis, tile)."""
+    if value is None:
+        return None
+    if value is False or value == {}:
+        return False
+    return tuple((axis, int(tile)) for axis, tile in value.items())
 
 
 # A grid tile spelled `wave`: the walked axis spread over one wave of blocks, one per SM
@@ -202,7 +220,7 @@ class KernelSchedule:
 WAVE = "wave"
 
 KERNEL_KEYS = ("grid", "block", "warps", "reduction", "save", "occupancy", "cache_hints",
-               "contraction", "prefetch", "prefetch_into")
+               "contraction", "prefetch", "prefetch_into", "stream")
 TOP_KEYS = ("algorithm", "target", "dtypes", "kernels") + KERNEL_KEYS
 
 

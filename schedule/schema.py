@@ -23,6 +23,7 @@ AXIS_KEYS = ("threads", "vector")
 DTYPE_KEYS = ("storage", "compute", "accumulate")
 MAX_PREFETCH = 4
 PREFETCH_INTO = ("registers", "shared")
+STREAM_TILES = (16, 32, 64, 128)      # keys per step of a streamed (online-softmax) loop
 
 
 def check_dict(d, source: str | None = None, lines: Mapping[str, int] | None = None) -> None:
@@ -93,6 +94,8 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
         p.add(prefix + "reduction", f"must be a name like 'two_stage', not {_kind(d['reduction'])}")
     if d.get("contraction") is not None:
         check_contraction(p, prefix + "contraction", d["contraction"])
+    if d.get("stream") is not None:
+        _stream(p, prefix + "stream", d["stream"])
     save = d.get("save")
     if save is not None:
         if isinstance(save, (list, tuple)):
@@ -101,6 +104,22 @@ def _kernel(p: Problems, prefix: str, d: Mapping) -> None:
                     p.add(f"{prefix}save.{i}", f"must be an intermediate's name, not {_kind(name)}")
         else:
             p.add(prefix + "save", f"must be a list of names, not {_kind(save)}")
+
+
+def _stream(p: Problems, path: str, value) -> None:
+    """`stream: {T: 64}` (one axis and its tile) or `stream: false`."""
+    if value is False:
+        return
+    if not isinstance(value, Mapping):
+        p.add(path, f"must be {{axis: tile}} (e.g. {{T: 64}}) or false, not {_kind(value)}")
+        return
+    if len(value) != 1:
+        p.add(path, f"streams one axis, not {len(value)} ({', '.join(map(str, value))})")
+    for axis, tile in value.items():
+        _axis_name(p, f"{path}.{axis}", axis)
+        if _int(p, f"{path}.{axis}", tile) and tile not in STREAM_TILES:
+            p.add(f"{path}.{axis}", f"a streamed tile is one of "
+                  f"{', '.join(map(str, STREAM_TILES))} (whole tensor-core steps), not {tile}")
 
 
 def _dtypes(p: Problems, d) -> None:

@@ -121,8 +121,9 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
     axes = tuple(graph.axis_order)
     for prefix, own, _ in specs:
         tiles = own.contraction.tile if own.contraction is not None else ()
+        stream = own.stream if isinstance(own.stream, tuple) else ()
         for key, entries in (("grid", own.grid), ("block", own.block),
-                             ("contraction.tile", tiles)):
+                             ("contraction.tile", tiles), ("stream", stream)):
             for axis, _ in entries:
                 if axis not in axes:
                     p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)

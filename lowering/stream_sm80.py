@@ -1,0 +1,399 @@
+"""Stages 4-5 for a streamed tile program: the online-softmax loop as an mma.sync kernel.
+
+A block takes `rows` query rows of one batch index (16 per warp) and walks the keys
+`keys` at a time. Threads copy the block's q tile once, and each key step's k and v
+tiles into one of two shared-memory stages (cp.async, 128-byte swizzle as in
+gemm_sm80), so the next step's copies overlap this step's arithmetic:
+
+    prologue: copy q, k0, v0; wait; q fragments into registers (ldmatrix)
+    step j:   wait for tile j; bar.sync; copy tile j+1 into the other stage
+              scores = q . k_j (mma.sync), then the body's ops, in registers
+              acc = round(p) . v_j + acc * alpha   (p goes from accumulator to operand
+                                                    registers without shared memory)
+
+Layouts. Every value of the tile program lives in registers in the layout of an mma
+accumulator fragment, or a slice of it: lane l of a warp holds, of its 16 rows, rows
+l/4 and l/4 + 8 ("halves"), and of each 8 columns, columns 2(l%4) and 2(l%4) + 1. A value
+over [S, T] (scores) or [S, E] (the accumulator) is indexed (half, column block, column
+pair); over [S] only by half (a row reduction folds the thread's columns, then the four
+lanes of the quad by shuffles); over [T] or [E] only by its column. An op's operands are
+read at the projection of its own positions, which is the broadcast. The m16n8k16
+accumulator of two column blocks is, packed to 16-bit pairs, the A operand of the next
+product: that is why p never leaves registers.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from plait.dsl.dtypes import DType
+
+from . import ops_llvm as L
+from . import ptx_mma as P
+from .artifact import CompiledKernel
+from .gemm_common import KernelEmitter, loop, plain_args
+from .ptx_memory import asm_store
+from .stream_plan import STAGES, StreamKernel
+from .tile_stream import loop_body
+
+def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
+    """PTX with the block size stated, so ptxas may give each thread up to 255 registers."""
+    from .llvm_backend import launch_bounds, llvm_to_ptx
+    return launch_bounds(llvm_to_ptx(llvm_ir, sk.target), entry, sk.threads, 1)
+
+
+def emit_stream_llvm_ir(sk: StreamKernel, entry: str) -> str:
+    return str(_Emitter(sk, entry).module)
+
+
+def stream_kernel(sk: StreamKernel, entry: str) -> CompiledKernel:
+    ptx = stream_ptx(emit_stream_llvm_ir(sk, entry), sk, entry)
+    return CompiledKernel(sk.name, entry, sk.target, ptx, tuple(plain_args(sk)), sk.threads,
+                          sk.grid, sk.shared_bytes, sk.shared_bytes)
+
+
+def _swizzled(b, row, chunk, row_bytes: int):
+    """Byte offset of 16-byte chunk `chunk` of row `row`: the chunk's place in its
+    128-byte line XORed with row % 8 (8 rows of one chunk land in 8 distinct banks)."""
+    linear = b.add(b.mul(row, L.i32(row_bytes)), b.shl(chunk, L.i32(4)))
+    return b.xor(linear, b.shl(b.and_(row, L.i32(7)), L.i32(4)))
+
+
+class _Emitter(KernelEmitter):
+    def __init__(self, sk: StreamKernel, entry: str):
+        super().__init__(sk, entry, (), 128)
+        self.sk = sk
+        self.ops = {op.id: op for op in sk.tile.ops}
+        self.buffers = {buf.name: buf for buf in sk.tile.buffers}
+        self._body()
+
+    # ---- positions ----------------------------------------------------------------------
+    def _blocks(self, axis: str) -> int:
+        """Column blocks of 8 a value along `axis` has (the padded tile)."""
+        sk = self.sk
+        return {sk.keys_axis: sk.keys // 8, sk.cols_axis: sk.cols_pad // 8}[axis]
+
+    def _col_axis(self, axes) -> str | None:
+        sk = self.sk
+        for axis in (sk.keys_axis, sk.cols_axis):
+            if axis in axes:
+                return axis
+        return None
+
+    def positions(self, axes) -> list[tuple]:
+        """The keys of a value's registers: (half or None, (block, pair) or None)."""
+        halves = (0, 1) if self.sk.rows_axis in axes else (None,)
+        col = self._col_axis(axes)
+        cols = [(j, e) for j in range(self._blocks(col)) for e in (0, 1)] if col else [None]
+        return [(h, c) for h in halves for c in cols]
+
+    def project(self, key, axes):
+        half, col = key
+        return (half if self.sk.rows_axis in axes else None,
+                col if self._col_axis(axes) else None)
+
+    def index_of(self, axis: str, key):
+        """The position along `axis` of register `key` (i32)."""
+        b, sk = self.b, self.sk
+        half, col = key
+        if axis == sk.rows_axis:
+            return b.add(self.row_base, L.i32(8 * half))
+        if axis in (sk.keys_axis, sk.cols_axis):
+            j, e = col
+            start = self.key0 if axis == sk.keys_axis else L.i32(0)
+            return b.add(start, b.add(self.lane_col, L.i32(8 * j + e)))
+        return self.batch_index()[axis]
+
+    def batch_index(self) -> dict:
+        if self._batch is None:
+            b, rest, out = self.b, self.batch_linear, {}
+            for axis in reversed(self.sk.batch):
+                out[axis] = b.urem(rest, self.size(axis))
+                rest = b.udiv(rest, self.size(axis))
+            self._batch = out
+        return self._batch
+
+    # ---- the kernel ---------------------------------------------------------------------
+    def _body(self) -> None:
+        sk, b = self.sk, self.b
+        self._batch = None
+        self.base = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
+        self.tid = self.sreg("tid.x")
+        self.lane = b.and_(self.tid, L.i32(31))
+        warp = b.lshr(self.tid, L.i32(5))
+        pid = self.sreg("ctaid.x")
+        row_blocks = b.sdiv(b.add(self.size(sk.rows_axis), L.i32(sk.rows - 1)), L.i32(sk.rows))
+        self.batch_linear = b.udiv(pid, row_blocks)
+        self.m0 = b.mul(b.urem(pid, row_blocks), L.i32(sk.rows))
+        self.row_base = b.add(b.add(self.m0, b.mul(warp, L.i32(16))),
+                              b.lshr(self.lane, L.i32(2)))
+        self.lane_col = b.shl(b.and_(self.lane, L.i32(3)), L.i32(1))
+        self.warp_row = b.mul(warp, L.i32(16))
+        self.key0 = L.i32(0)
+        batch = b.zext(self.batch_linear, L.I64)
+        size64 = {a: b.zext(self.size(a), L.I64) for a in (sk.rows_axis, sk.keys_axis)}
+        self.offsets = {   # where this batch index's matrix of each tensor starts (elements)
+            sk.q: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.depth))),
+            sk.k: b.mul(batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.depth))),
+            sk.v: b.mul(batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.cols))),
+            sk.out: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.cols))),
+        }
+        ops = list(sk.tile.ops)
+        loop_op = next(op for op in ops if op.op == "loop")
+        body, yielded = loop_body(ops, loop_op.id)
+        in_body = {op.id for op in body} | {yielded.id, loop_op.id}
+        self.values: dict[int, dict] = {}
+        before = [op for op in ops if op.id < loop_op.id]
+        after = [op for op in ops if op.id > loop_op.id and op.id not in in_body]
+        for op in before:
+            self._emit(op)
+        n_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)), L.i32(sk.keys))
+        self._copy_rows(sk.q, sk.rows_axis, self.m0, sk.rows, sk.depth, sk.depth_pad,
+                        self.base)
+        with b.if_then(b.icmp_signed(">", n_steps, L.i32(0))):
+            self._copy_step(L.i32(0), L.i32(0))
+        P.cp_async_commit(b)
+        P.cp_async_wait(b, 0)
+        P.barrier(b)
+        self.q_frags = self._q_fragments()
+        carried_keys = []
+        init = []
+        for i, arg in enumerate(loop_op.args):
+            op = self._carried_op(body, loop_op.id, i)
+            keys = self.positions(op.axes)
+            carried_keys.append((op, keys))
+            init += [self._scalar(arg)] * len(keys)
+
+        def step(j, flat):
+            at = 0
+            for op, keys in carried_keys:
+                self.values[op.id] = dict(zip(keys, flat[at:at + len(keys)]))
+                at += len(keys)
+            stage = b.and_(j, L.i32(1))
+            P.cp_async_wait(b, 0)           # this thread's copies of step j landed
+            P.barrier(b)                    # everyone's did, and step j-1 is done with
+            nxt = b.add(j, L.i32(1))        # the other stage, which is refilled now
+            with b.if_then(b.icmp_signed("<", nxt, n_steps)):
+                self._copy_step(nxt, b.sub(L.i32(1), stage))
+            P.cp_async_commit(b)
+            self.key0 = b.mul(j, L.i32(sk.keys))
+            self.stage_base = b.add(b.add(self.base, L.i32(sk.q_bytes)),
+                                    b.mul(stage, L.i32(sk.stage_bytes)))
+            for op in body:
+                if op.op != "carried":
+                    self._emit(op)
+            out = []
+            for (op, keys), value in zip(carried_keys, yielded.args):
+                vals = self.values[value]
+                out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
+            return out
+        final = loop(b, self.fn, n_steps, init, step)
+        P.cp_async_wait(b, 0)
+        self.results = []
+        at = 0
+        for op, keys in carried_keys:
+            self.results.append(dict(zip(keys, final[at:at + len(keys)])))
+            at += len(keys)
+        for op in after:
+            self._emit(op)
+        b.ret_void()
+
+    @staticmethod
+    def _carried_op(body, loop_id: int, index: int):
+        return next(op for op in body if op.op == "carried" and op.attr("loop") == loop_id
+                    and op.attr("index") == index)
+
+    def _scalar(self, vid: int):
+        (value,) = self.values[vid].values()
+        return value
+
+    # ---- global -> shared -----------------------------------------------------------------
+    def _copy_rows(self, name: str, rows_axis: str, row0, n_rows: int, width: int,
+                   padded: int, dst_base) -> None:
+        """cp.async rows row0 .. row0+n_rows of tensor `name` ([batch, rows, width],
+        width innermost) into a swizzled tile at `dst_base`; outside rows and the padding
+        columns are zero-filled."""
+        b, sk = self.b, self.sk
+        per_row = padded * 2 // 16
+        total = n_rows * per_row
+        src = self.args[("buffer", name)]
+        rows_in = self.size(rows_axis)
+        for i in range(-(-total // sk.threads)):
+            q = b.add(self.tid, L.i32(i * sk.threads))
+            row, chunk = b.udiv(q, L.i32(per_row)), b.urem(q, L.i32(per_row))
+            at = b.add(row0, row)
+            valid = b.and_(b.icmp_signed("<", at, rows_in),
+                           b.icmp_signed("<", b.mul(chunk, L.i32(8)), L.i32(width)))
+            if (i + 1) * sk.threads > total:
+                valid = b.and_(valid, b.icmp_signed("<", q, L.i32(total)))
+            element = b.add(self.offsets[name],
+                            b.add(b.mul(b.zext(at, L.I64), ir.Constant(L.I64, width)),
+                                  b.zext(b.mul(chunk, L.i32(8)), L.I64)))
+            ptr = b.gep(src, [b.mul(element, ir.Constant(L.I64, 2))])
+            ptr = b.ptrtoint(b.select(valid, ptr, src), L.I64)
+            dst = b.add(dst_base, _swizzled(b, row, chunk, padded * 2))
+            if (i + 1) * sk.threads > total:
+                with b.if_then(b.icmp_signed("<", q, L.i32(total))):
+                    P.cp_async_16(b, dst, ptr, valid)
+            else:
+                P.cp_async_16(b, dst, ptr, valid)
+
+    def _copy_step(self, j, stage) -> None:
+        b, sk = self.b, self.sk
+        base = b.add(b.add(self.base, L.i32(sk.q_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
+        key0 = b.mul(j, L.i32(sk.keys))
+        self._copy_rows(sk.k, sk.keys_axis, key0, sk.keys, sk.depth, sk.depth_pad, base)
+        self._copy_rows(sk.v, sk.keys_axis, key0, sk.keys, sk.cols, sk.cols_pad,
+                        b.add(base, L.i32(sk.keys * sk.depth_pad * 2)))
+
+    # ---- shared -> fragments ----------------------------------------------------------------
+    def _lane_parts(self):
+        b = self.b
+        j = b.lshr(self.lane, L.i32(3))
+        return b.and_(self.lane, L.i32(7)), b.and_(j, L.i32(1)), b.lshr(j, L.i32(1))
+
+    def _q_fragments(self) -> list:
+        """A fragments of the warp's 16 q rows, one per 16 of D, kept for the whole loop."""
+        b, sk = self.b, self.sk
+        r8, lo, hi = self._lane_parts()
+        row = b.add(self.warp_row, b.add(r8, b.shl(lo, L.i32(3))))
+        return [P.ldmatrix_x4(b, b.add(self.base, _swizzled(b, row, b.add(hi, L.i32(2 * kk)),
+                                                            sk.depth_pad * 2)), False)
+                for kk in range(sk.depth_pad // 16)]
+
+    def _scores(self) -> dict:
+        """q . k_j: the accumulators of every 8 keys (4 registers each) of the step."""
+        b, sk = self.b, self.sk
+        kind = P.MMA_TYPES[self.buffers[sk.q].dtype.short]
+        r8, lo, hi = self._lane_parts()
+        acc = {}
+        for jp in range(sk.keys // 16):        # two blocks of 8 keys per ldmatrix.x4
+            row = b.add(L.i32(16 * jp), b.add(r8, b.shl(hi, L.i32(3))))
+            c = [[L.f32(0.0)] * 4, [L.f32(0.0)] * 4]
+            for kk in range(sk.depth_pad // 16):
+                off = _swizzled(b, row, b.add(lo, L.i32(2 * kk)), sk.depth_pad * 2)
+                regs = P.ldmatrix_x4(b, b.add(self.stage_base, off), False)
+                for h in (0, 1):
+                    c[h] = P.mma_16816(b, c[h], self.q_frags[kk], regs[2 * h:2 * h + 2], kind)
+            for h in (0, 1):
+                acc[2 * jp + h] = c[h]
+        return acc
+
+    def _weighted(self, p: dict, acc: dict) -> dict:
+        """round(p) . v_j + acc, with p's accumulator registers as the A operand."""
+        b, sk = self.b, self.sk
+        dtype = self.buffers[sk.v].dtype
+        kind = P.MMA_TYPES[dtype.short]
+        r8, lo, hi = self._lane_parts()
+        v_base = b.add(self.stage_base, L.i32(sk.keys * sk.depth_pad * 2))
+        out = {je: [acc[(h, (je, e))] for h in (0, 1) for e in (0, 1)]
+               for je in range(sk.cols_pad // 8)}
+        for kk in range(sk.keys // 16):
+            a = []
+            for jb in (2 * kk, 2 * kk + 1):    # a0 a1 from block 2kk, a2 a3 from 2kk+1
+                for h in (0, 1):
+                    a += L.encode_pairs(b, [p[(h, (jb, 0))], p[(h, (jb, 1))]], dtype)
+            a = [a[0], a[1], a[2], a[3]]
+            row = b.add(L.i32(16 * kk), b.add(r8, b.shl(lo, L.i32(3))))
+            for ip in range(sk.cols_pad // 16):
+                off = _swizzled(b, row, b.add(hi, L.i32(2 * ip)), sk.cols_pad * 2)
+                regs = P.ldmatrix_x4(b, b.add(v_base, off), True)
+                for h in (0, 1):
+                    je = 2 * ip + h
+                    out[je] = P.mma_16816(b, out[je], a, regs[2 * h:2 * h + 2], kind)
+        return {(h, (je, e)): out[je][2 * h + e] for je in out for h in (0, 1) for e in (0, 1)}
+
+    # ---- the ops ------------------------------------------------------------------------------
+    def _emit(self, op) -> None:
+        b, sk = self.b, self.sk
+        kind = op.op
+        if kind in ("load", "carried", "yield"):
+            return                          # tiles are staged by the loop; carried by phis
+        if kind == "result":
+            self.values[op.id] = self.results[op.attr("index")]
+            return
+        if kind == "dot":
+            if op.attr("over") == sk.depth_axis:
+                acc = self._scores()
+                self.values[op.id] = {(h, (j, e)): acc[j][2 * h + e]
+                                      for h in (0, 1) for j in acc for e in (0, 1)}
+            else:
+                self.values[op.id] = self._weighted(self.values[op.args[0]],
+                                                    self.values[op.args[2]])
+            return
+        if kind in ("max", "sum", "min") and op.attr("axis") is not None:
+            self.values[op.id] = self._row_reduce(op)
+            return
+        if kind == "store":
+            self._store(op)
+            return
+        out = {}
+        for key in self.positions(op.axes):
+            args = [self.values[a][self.project(key, self.ops[a].axes)] for a in op.args]
+            out[key] = self._elementwise(op, args, key)
+        self.values[op.id] = out
+
+    def _elementwise(self, op, args, key):
+        b, intr = self.b, self.intr
+        kind = op.op
+        if kind == "param":
+            return self.args[("scalar", op.attr("name"))]
+        if kind == "const":
+            return L.f32(op.attr("value")) if op.dtype == DType.FP32 else \
+                ir.Constant(L.REGISTER[op.dtype], int(op.attr("value")))
+        if kind == "size":
+            size = self.size(op.attr("axis"))
+            return b.sitofp(size, L.F32) if op.dtype == DType.FP32 else size
+        if kind == "iota":
+            return self.index_of(op.attr("axis"), key)
+        if kind == "convert":
+            return L.convert(b, args[0], op.dtype)
+        if kind == "round":
+            return L.round_to(b, intr, args[0], op.attr("round"))
+        return L.elementwise(b, intr, kind, args, op.attr("round"))
+
+    def _row_reduce(self, op) -> dict:
+        """Fold a value's columns into each of the thread's two rows: its own registers
+        (positions past the end of the axis skipped), then the quad's four lanes."""
+        b, intr = self.b, self.intr
+        src = self.values[op.args[0]]
+        combine = {"max": "maximum", "min": "minimum", "sum": "add"}[op.op]
+        axis = op.attr("axis")
+        out = {}
+        for half in (0, 1):
+            acc = None
+            for key, value in src.items():
+                if key[0] != half:
+                    continue
+                inside = b.icmp_signed("<", self.index_of(axis, key), self.size(axis))
+                identity = L.f32(0.0) if op.op == "sum" else \
+                    L.f32(float("-inf") if op.op == "max" else float("inf"))
+                value = b.select(inside, value, identity)
+                acc = value if acc is None else L.binary(b, intr, combine, acc, value)
+            for lanes in (1, 2):
+                other = intr.call(b, "llvm.nvvm.shfl.sync.bfly.f32", L.F32,
+                                  [L.i32(0xFFFFFFFF), acc, L.i32(lanes), L.i32(0x1F)])
+                acc = L.binary(b, intr, combine, acc, other)
+            out[(half, None)] = acc
+        return out
+
+    def _store(self, op) -> None:
+        """Pairs of adjacent columns go out as one store, inside rows only."""
+        b, intr, sk = self.b, self.intr, self.sk
+        buf = self.buffers[op.attr("buffer")]
+        values = self.values[op.args[0]]
+        base = self.args[("buffer", buf.name)]
+        src_axes = self.ops[op.args[0]].axes
+        for half in (0, 1):
+            row = b.add(self.row_base, L.i32(8 * half))
+            row_in = b.icmp_signed("<", row, self.size(sk.rows_axis))
+            row_at = b.add(self.offsets[buf.name],
+                           b.mul(b.zext(row, L.I64), ir.Constant(L.I64, sk.cols)))
+            for je in range(sk.cols_pad // 8):
+                col = b.add(self.lane_col, L.i32(8 * je))
+                inside = b.and_(row_in, b.icmp_signed("<", col, L.i32(sk.cols)))
+                bits = [L.encode(b, intr, values[self.project((half, (je, e)), src_axes)],
+                                 buf.dtype) for e in (0, 1)]
+                element = b.add(row_at, b.zext(col, L.I64))
+                ptr = b.gep(base, [b.mul(element, ir.Constant(L.I64, buf.dtype.itemsize))])
+                asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits, buf.dtype)
+

@@ -1,0 +1,175 @@
+"""Stage 2 rewrite: a softmax-weighted contraction, streamed along its reduction axis.
+
+Attention written as math,
+
+    s = f(sum(q * k, over=D))                 # scores over [..., S, T]; f: scale, masks
+    p = exp(s - max(s, over=T)) / sum(exp(s - max(s, over=T)), over=T)
+    out = sum(p * v, over=T)                  # over [..., S, E]
+
+needs the scores only one T tile at a time: by the online-softmax identity, a loop over
+T tiles carrying the running max m, sum l and accumulator acc (rescaled by
+exp(m_old - m_new) whenever m grows) gives out = acc / l without ever writing s or p.
+`find_stream` recognises the shape in an algorithm graph and names the roles of its
+axes and nodes; the tile program (`tile_stream.py`) builds the loop from them.
+
+What is taken, for now: q, k and v are inputs of one dtype (bf16 or fp16), stored
+[batch..., S, D], [batch..., T, D] and [batch..., T, E] (D and E innermost, rows of
+whole 16 bytes), the output [batch..., S, E]; f is elementwise on the scores, scalars,
+constants and positions (`index`), so causal, sliding-window and soft-capped scores
+stream. Anything else is not streamed, and `why_not` says why (the kernel graph
+prints it), so the scores go through memory as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.dtypes import DType
+from plait.dsl.node import OPS, Node, topo_order
+
+# The head dimensions a streamed kernel keeps in registers (whole tensor-core k steps).
+MAX_HEAD = 256
+SCORE_SOURCES = ("param", "const", "size", "iota")
+PASS_THROUGH = ("name", "broadcast", "permute")
+
+
+class NotStreamable(Exception):
+    """Why a softmax-weighted contraction is not streamed (printed in the kernel graph)."""
+
+
+@dataclass(frozen=True)
+class Stream:
+    """The roles in one streamed softmax-weighted contraction."""
+    out: Node                  # the value stored (the T-sum, or a cast/name of it)
+    total: Node                # sum(p * v, over=T)
+    scores: Node               # the contraction sum(q * k, over=D)
+    logits: Node               # f(scores): what the softmax normalises
+    q: Node
+    k: Node
+    v: Node
+    batch: tuple[str, ...]
+    rows: str                  # S
+    keys: str                  # T, the streamed axis
+    depth: str                 # D, contracted by the first product
+    cols: str                  # E, the value columns
+
+    def text(self) -> str:
+        batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
+        return (f"stream {self.keys}: softmax over {self.keys} of "
+                f"{self.q.attr('name')}.{self.k.attr('name')} (over {self.depth}) weighting "
+                f"{self.v.attr('name')}, rows {self.rows}, columns {self.cols}{batch}")
+
+
+def _skip(n: Node) -> Node:
+    while n.op in PASS_THROUGH:
+        n = n.inputs[0]
+    return n
+
+
+def _is(n: Node, op: str, axis: str | None = None) -> bool:
+    return n.op == op and (axis is None or n.attr("axis") == axis)
+
+
+def find_stream(out: Node) -> Stream:
+    """The roles of `out` as a streamed softmax-weighted contraction; NotStreamable says
+    why it is not one."""
+    total = _skip(out)
+    while total.op == "cast" and total.inputs[0].dtype.is_float:
+        total = _skip(total.inputs[0])
+    if not _is(total, "sum"):
+        raise NotStreamable("the output is not a sum")
+    keys = total.attr("axis")
+    prod = _skip(total.inputs[0])
+    if prod.op != "mul":
+        raise NotStreamable(f"the sum over {keys} is not of a product")
+    for p, v in (prod.inputs, prod.inputs[::-1]):
+        p, v = _skip(p), _skip(v)
+        if p.op == "div" and v.op == "input":
+            break
+    else:
+        raise NotStreamable(f"the sum over {keys} is not of softmax(...) * an input")
+    e, z = (_skip(i) for i in p.inputs)
+    if not (_is(z, "sum", keys) and _skip(z.inputs[0]) is e and e.op == "exp"):
+        raise NotStreamable(f"the weights are not exp(x) / sum(exp(x), over={keys})")
+    diff = _skip(e.inputs[0])
+    if diff.op != "sub":
+        raise NotStreamable("the exponent is not x - max(x)")
+    logits, shift = (_skip(i) for i in diff.inputs)
+    if shift.op == "stop_gradient":
+        shift = _skip(shift.inputs[0])
+    if not (_is(shift, "max", keys) and _skip(shift.inputs[0]) is logits):
+        raise NotStreamable(f"the exponent is not x - max(x, over={keys})")
+    scores = _scores_of(logits)
+    depth = scores.attr("axis")
+    q, k = _operands(scores, keys)
+    return _check_axes(Stream(out, total, scores, logits, q, k, v, (), "", keys, depth, ""))
+
+
+def _scores_of(logits: Node) -> Node:
+    """The one contraction the logits are an elementwise function of."""
+    nodes = topo_order([logits])
+    sums = [n for n in nodes if n.op == "sum"]
+    if len(sums) != 1:
+        raise NotStreamable(f"the logits hold {len(sums)} sums, not one contraction")
+    scores = sums[0]
+    inside = {m.uid for m in topo_order([scores])}
+    for n in nodes:
+        if n.uid in inside or n.op in SCORE_SOURCES or n.op in PASS_THROUGH \
+                or n.op == "stop_gradient":
+            continue
+        if n.op == "input":
+            raise NotStreamable(f"the scores read tensor {n.attr('name')!r}; a streamed "
+                                "tile reads only q, k, v (masks as math on index())")
+        if n.op not in OPS or OPS[n.op].kind != "elementwise":
+            raise NotStreamable(f"the scores pass through {n.op}, which a streamed tile "
+                                "does not compute")
+    return scores
+
+
+def _operands(scores: Node, keys: str) -> tuple[Node, Node]:
+    prod = _skip(scores.inputs[0])
+    if prod.op != "mul":
+        raise NotStreamable("the scores are not a sum of a product")
+    a, b = (_skip(i) for i in prod.inputs)
+    if a.op != "input" or b.op != "input":
+        raise NotStreamable("the scores' operands are computed, not inputs")
+    if keys in a.axes:
+        a, b = b, a
+    if keys not in b.axes or keys in a.axes:
+        raise NotStreamable(f"exactly one operand of the scores runs along {keys}")
+    return a, b
+
+
+def _check_axes(st: Stream) -> Stream:
+    q, k, v, d, t = st.q, st.k, st.v, st.depth, st.keys
+    rows = [a for a in q.axes if a not in k.axes]
+    if len(rows) != 1:
+        raise NotStreamable(f"q has {len(rows)} axes of its own, not one row axis")
+    s = rows[0]
+    batch = tuple(a for a in q.axes if a not in (s, d))
+    cols = [a for a in v.axes if a not in (t,) + batch]
+    if len(cols) != 1:
+        raise NotStreamable(f"v has {len(cols)} value axes, not one")
+    e = cols[0]
+    want = {"q": batch + (s, d), "k": batch + (t, d), "v": batch + (t, e),
+            "the output": batch + (s, e)}
+    have = {"q": q.axes, "k": k.axes, "v": v.axes, "the output": st.out.axes}
+    for name, axes in want.items():
+        if have[name] != axes:
+            raise NotStreamable(f"{name} is stored [{','.join(have[name])}]; streaming takes "
+                                f"[{','.join(axes)}]")
+    dtypes = {q.dtype, k.dtype, v.dtype}
+    if len(dtypes) != 1 or q.dtype not in (DType.BF16, DType.FP16):
+        raise NotStreamable(f"q, k, v are {'/'.join(sorted(str(x) for x in dtypes))}; "
+                            "streaming takes bf16 or fp16 for all three")
+    return Stream(st.out, st.total, st.scores, st.logits, q, k, v, batch, s, t, d, e)
+
+
+def check_sizes(st: Stream, sizes: dict[str, int]) -> None:
+    """What the sizes must allow: head dimensions in registers, 16-byte rows."""
+    for axis in (st.depth, st.cols):
+        n = sizes[axis]
+        if n > MAX_HEAD:
+            raise NotStreamable(f"{axis} = {n}: a streamed tile holds at most {MAX_HEAD}")
+        if n % 8:
+            raise NotStreamable(f"{axis} = {n}: rows of q, k, v must be whole 16 bytes "
+                                "(a multiple of 8 elements) to be streamed")
