@@ -85,7 +85,30 @@ def main():
         print(f"B{B} H{H} S{S} D{D}{' causal' if is_causal else '':<8} {tf['plait']:8.1f} "
               f"{tf['flash']:8.1f} {tf['cudnn']:8.1f} {tf['plait'] / tf['flash']:8.2f} "
               f"{tf['plait'] / tf['cudnn']:8.2f}")
+    variants()
     sys.exit(0 if ok else 1)
+
+
+def variants():
+    """Schedules side by side at B4 H16 S4096: rows per block, warps, keys per step."""
+    from plait.schedule import Schedule
+    print(f"{'variant':<44} {'TFLOP/s':>8}")
+    for D in (64, 128):
+        q, k, v = (torch.randn(4, 16, 4096, D, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        flops = 4 * 4 * 16 * 4096 * 4096 * D
+        for rows, warps, keys in [(128, 4, 64), (128, 8, 64), (64, 2, 64), (64, 4, 64),
+                                  (128, 4, 32), (128, 8, 32), (128, 8, 128), (128, 4, 128),
+                                  (192, 6, 64), (256, 8, 64), (256, 8, 32)]:
+            s = Schedule.from_dict({"algorithm": "attention", "grid": {"S": rows},
+                                    "warps": warps, "stream": {"T": keys}})
+            try:
+                h = plait.compile(attention, like=(q, k, v), schedule=s, scale=D ** -0.5)
+                t = bench(lambda: h(q, k, v))
+                print(f"D{D} rows {rows} warps {warps} keys {keys:<22} {flops / t / 1e9:8.1f}")
+            except Exception as e:  # noqa: BLE001
+                print(f"D{D} rows {rows} warps {warps} keys {keys}: {type(e).__name__} "
+                      f"{str(e)[:200]}")
 
 
 if __name__ == "__main__":

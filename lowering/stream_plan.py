@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plait.dsl.errors import PlaitError
+
 from .tile import TileProgram
 
 STAGES = 2                       # k/v tiles in shared memory: one computed, one landing
@@ -35,9 +37,20 @@ class StreamKernel:
     def name(self) -> str:
         return self.tile.name
 
+    row_blocks: int = 1           # 16-row m blocks per warp (each k, v fragment serves all)
+
+    @property
+    def rows_per_warp(self) -> int:
+        return 16 * self.row_blocks
+
     @property
     def warps(self) -> int:
-        return self.rows // 16
+        return self.rows // self.rows_per_warp
+
+    @property
+    def q_in_registers(self) -> bool:
+        """q's fragments stay in registers when they take at most 32 of them."""
+        return self.row_blocks * (self.depth_pad // 16) * 4 <= 32
 
     @property
     def threads(self) -> int:
@@ -81,7 +94,7 @@ class StreamKernel:
 
     def text(self) -> str:
         return (f"streamed kernel {self.name} ({self.target}, mma.sync): {self.rows} rows of "
-                f"{self.rows_axis} per block in {self.warps} warps, {self.keys_axis} in steps "
+                f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, {self.keys_axis} in steps "
                 f"of {self.keys}, {self.depth_axis} = {self.depth}, {self.cols_axis} = "
                 f"{self.cols}, {STAGES} stages, shared {self.shared_bytes} bytes\n"
                 + self.tile.text())
@@ -91,6 +104,11 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
     st = plan.stream
     rows = dict(plan.schedule.grid)[st.rows]
     keys = dict(plan.schedule.stream)[st.keys]
+    warps = plan.schedule.warps or max(1, rows // (32 if sizes[st.cols] <= 64 else 16))
+    if rows % (16 * warps):
+        raise PlaitError(f"kernel {plan.name}: {rows} query rows per block do not split into "
+                         f"{warps} warps of whole 16-row tensor-core tiles")
     return StreamKernel(tile, target, st.batch, st.rows, st.keys, st.depth, st.cols, rows,
                         keys, sizes[st.depth], sizes[st.cols], st.q.attr("name"),
-                        st.k.attr("name"), st.v.attr("name"), plan.outputs[0][0])
+                        st.k.attr("name"), st.v.attr("name"), plan.outputs[0][0],
+                        rows // (16 * warps))

@@ -32,6 +32,9 @@ from . import ptx_mma as P
 from .artifact import CompiledKernel
 from .gemm_common import KernelEmitter, loop, plain_args
 from .ptx_memory import asm_store
+from .stream_copy import copy_rows, copy_step
+from .stream_copy import swizzled as _swizzled
+from .stream_masks import TileMask
 from .stream_plan import STAGES, StreamKernel
 from .tile_stream import loop_body
 
@@ -49,13 +52,6 @@ def stream_kernel(sk: StreamKernel, entry: str) -> CompiledKernel:
     ptx = stream_ptx(emit_stream_llvm_ir(sk, entry), sk, entry)
     return CompiledKernel(sk.name, entry, sk.target, ptx, tuple(plain_args(sk)), sk.threads,
                           sk.grid, sk.shared_bytes, sk.shared_bytes)
-
-
-def _swizzled(b, row, chunk, row_bytes: int):
-    """Byte offset of 16-byte chunk `chunk` of row `row`: the chunk's place in its
-    128-byte line XORed with row % 8 (8 rows of one chunk land in 8 distinct banks)."""
-    linear = b.add(b.mul(row, L.i32(row_bytes)), b.shl(chunk, L.i32(4)))
-    return b.xor(linear, b.shl(b.and_(row, L.i32(7)), L.i32(4)))
 
 
 class _Emitter(KernelEmitter):
@@ -81,7 +77,7 @@ class _Emitter(KernelEmitter):
 
     def positions(self, axes) -> list[tuple]:
         """The keys of a value's registers: (half or None, (block, pair) or None)."""
-        halves = (0, 1) if self.sk.rows_axis in axes else (None,)
+        halves = range(2 * self.sk.row_blocks) if self.sk.rows_axis in axes else (None,)
         col = self._col_axis(axes)
         cols = [(j, e) for j in range(self._blocks(col)) for e in (0, 1)] if col else [None]
         return [(h, c) for h in halves for c in cols]
@@ -115,7 +111,6 @@ class _Emitter(KernelEmitter):
     # ---- the kernel ---------------------------------------------------------------------
     def _body(self) -> None:
         sk, b = self.sk, self.b
-        self._batch = None
         self.base = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
         self.tid = self.sreg("tid.x")
         self.lane = b.and_(self.tid, L.i32(31))
@@ -124,11 +119,14 @@ class _Emitter(KernelEmitter):
         row_blocks = b.sdiv(b.add(self.size(sk.rows_axis), L.i32(sk.rows - 1)), L.i32(sk.rows))
         self.batch_linear = b.udiv(pid, row_blocks)
         self.m0 = b.mul(b.urem(pid, row_blocks), L.i32(sk.rows))
-        self.row_base = b.add(b.add(self.m0, b.mul(warp, L.i32(16))),
+        self.row_base = b.add(b.add(self.m0, b.mul(warp, L.i32(sk.rows_per_warp))),
                               b.lshr(self.lane, L.i32(2)))
         self.lane_col = b.shl(b.and_(self.lane, L.i32(3)), L.i32(1))
-        self.warp_row = b.mul(warp, L.i32(16))
+        self.warp_row = b.mul(warp, L.i32(sk.rows_per_warp))
         self.key0 = L.i32(0)
+        self.masked = True
+        self._batch = None
+        self.batch_index()          # computed here, where every branch below sees it
         batch = b.zext(self.batch_linear, L.I64)
         size64 = {a: b.zext(self.size(a), L.I64) for a in (sk.rows_axis, sk.keys_axis)}
         self.offsets = {   # where this batch index's matrix of each tensor starts (elements)
@@ -147,14 +145,24 @@ class _Emitter(KernelEmitter):
         for op in before:
             self._emit(op)
         n_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)), L.i32(sk.keys))
-        self._copy_rows(sk.q, sk.rows_axis, self.m0, sk.rows, sk.depth, sk.depth_pad,
+        copy_rows(self, sk.q, sk.rows_axis, self.m0, sk.rows, sk.depth, sk.depth_pad,
                         self.base)
-        with b.if_then(b.icmp_signed(">", n_steps, L.i32(0))):
-            self._copy_step(L.i32(0), L.i32(0))
+        self.masks = TileMask(self, self.ops)
+        self.index_mask = next((op.args[0] for op in body if op.attr("mask") == "index"),
+                               None)
+        first = b.and_(b.icmp_signed(">", n_steps, L.i32(0)),
+                       b.not_(self._tile_status(L.i32(0))[1]))
+        with b.if_then(first):
+            copy_step(self, L.i32(0), L.i32(0))
         P.cp_async_commit(b)
         P.cp_async_wait(b, 0)
         P.barrier(b)
-        self.q_frags = self._q_fragments()
+        self.q_frags = self._q_fragments(self.base) if sk.q_in_registers else None
+        r8, lo, hi = self._lane_parts()     # this lane's ldmatrix row addresses, per chunk
+        self.k_offsets = [_swizzled(b, b.add(r8, b.shl(hi, L.i32(3))), b.add(lo, L.i32(2 * kk)),
+                                    sk.depth_pad * 2) for kk in range(sk.depth_pad // 16)]
+        self.v_offsets = [_swizzled(b, b.add(r8, b.shl(lo, L.i32(3))), b.add(hi, L.i32(2 * ip)),
+                                    sk.cols_pad * 2) for ip in range(sk.cols_pad // 16)]
         carried_keys = []
         init = []
         for i, arg in enumerate(loop_op.args):
@@ -164,28 +172,19 @@ class _Emitter(KernelEmitter):
             init += [self._scalar(arg)] * len(keys)
 
         def step(j, flat):
-            at = 0
-            for op, keys in carried_keys:
-                self.values[op.id] = dict(zip(keys, flat[at:at + len(keys)]))
-                at += len(keys)
             stage = b.and_(j, L.i32(1))
             P.cp_async_wait(b, 0)           # this thread's copies of step j landed
             P.barrier(b)                    # everyone's did, and step j-1 is done with
             nxt = b.add(j, L.i32(1))        # the other stage, which is refilled now
-            with b.if_then(b.icmp_signed("<", nxt, n_steps)):
-                self._copy_step(nxt, b.sub(L.i32(1), stage))
+            ahead = b.icmp_signed("<", nxt, n_steps)
+            with b.if_then(b.and_(ahead, b.not_(self._tile_status(nxt)[1]))):
+                copy_step(self, nxt, b.sub(L.i32(1), stage))
             P.cp_async_commit(b)
             self.key0 = b.mul(j, L.i32(sk.keys))
             self.stage_base = b.add(b.add(self.base, L.i32(sk.q_bytes)),
                                     b.mul(stage, L.i32(sk.stage_bytes)))
-            for op in body:
-                if op.op != "carried":
-                    self._emit(op)
-            out = []
-            for (op, keys), value in zip(carried_keys, yielded.args):
-                vals = self.values[value]
-                out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
-            return out
+            whole, empty = self._tile_status(j)
+            return self._branches(flat, whole, empty, body, yielded, carried_keys)
         final = loop(b, self.fn, n_steps, init, step)
         P.cp_async_wait(b, 0)
         self.results = []
@@ -197,6 +196,62 @@ class _Emitter(KernelEmitter):
             self._emit(op)
         b.ret_void()
 
+    def _tile_status(self, j) -> tuple:
+        """(i1 the tile of step j needs no mask, i1 its keys are all masked), the same in
+        every thread of the block: the position mask over the block's rows and the tile's
+        keys (stream_masks), and whether the tile ends inside the keys."""
+        b, sk = self.b, self.sk
+        key0 = b.mul(j, L.i32(sk.keys))
+        last = b.add(key0, L.i32(sk.keys - 1))
+        inside = b.icmp_signed("<=", b.add(key0, L.i32(sk.keys)), self.size(sk.keys_axis))
+        if self.index_mask is None:
+            return inside, ir.Constant(L.I1, 0)
+        box = {sk.rows_axis: (self.m0, b.add(self.m0, L.i32(sk.rows - 1))),
+               sk.keys_axis: (key0, last)}
+        true, false = self.masks.status(self.index_mask, box)
+        return b.and_(inside, true), false
+
+    def _branches(self, flat, whole, empty, body, yielded, carried_keys) -> list:
+        """The body twice, chosen per tile: without the masks where the tile is whole, with
+        them where it is not; a tile whose keys are all masked changes nothing."""
+        b = self.b
+        merge = self.fn.append_basic_block("tile_done")
+        compute = self.fn.append_basic_block("tile")
+        incoming = [(flat, b.block)]
+        b.cbranch(empty, merge, compute)
+        b.position_at_end(compute)
+        fast_block = self.fn.append_basic_block("tile_whole")
+        full_block = self.fn.append_basic_block("tile_masked")
+        b.cbranch(whole, fast_block, full_block)
+        for block, masked in ((fast_block, False), (full_block, True)):
+            b.position_at_end(block)
+            incoming.append((self._step_body(flat, body, yielded, carried_keys, masked),
+                             b.block))
+            b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for i, value in enumerate(flat):
+            phi = b.phi(value.type)
+            for values, block in incoming:
+                phi.add_incoming(values[i], block)
+            out.append(phi)
+        return out
+
+    def _step_body(self, flat, body, yielded, carried_keys, masked: bool) -> list:
+        at = 0
+        for op, keys in carried_keys:
+            self.values[op.id] = dict(zip(keys, flat[at:at + len(keys)]))
+            at += len(keys)
+        self.masked = masked
+        for op in body:
+            if op.op != "carried":
+                self._emit(op)
+        out = []
+        for (op, keys), value in zip(carried_keys, yielded.args):
+            vals = self.values[value]
+            out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
+        return out
+
     @staticmethod
     def _carried_op(body, loop_id: int, index: int):
         return next(op for op in body if op.op == "carried" and op.attr("loop") == loop_id
@@ -206,101 +261,75 @@ class _Emitter(KernelEmitter):
         (value,) = self.values[vid].values()
         return value
 
-    # ---- global -> shared -----------------------------------------------------------------
-    def _copy_rows(self, name: str, rows_axis: str, row0, n_rows: int, width: int,
-                   padded: int, dst_base) -> None:
-        """cp.async rows row0 .. row0+n_rows of tensor `name` ([batch, rows, width],
-        width innermost) into a swizzled tile at `dst_base`; outside rows and the padding
-        columns are zero-filled."""
-        b, sk = self.b, self.sk
-        per_row = padded * 2 // 16
-        total = n_rows * per_row
-        src = self.args[("buffer", name)]
-        rows_in = self.size(rows_axis)
-        for i in range(-(-total // sk.threads)):
-            q = b.add(self.tid, L.i32(i * sk.threads))
-            row, chunk = b.udiv(q, L.i32(per_row)), b.urem(q, L.i32(per_row))
-            at = b.add(row0, row)
-            valid = b.and_(b.icmp_signed("<", at, rows_in),
-                           b.icmp_signed("<", b.mul(chunk, L.i32(8)), L.i32(width)))
-            if (i + 1) * sk.threads > total:
-                valid = b.and_(valid, b.icmp_signed("<", q, L.i32(total)))
-            element = b.add(self.offsets[name],
-                            b.add(b.mul(b.zext(at, L.I64), ir.Constant(L.I64, width)),
-                                  b.zext(b.mul(chunk, L.i32(8)), L.I64)))
-            ptr = b.gep(src, [b.mul(element, ir.Constant(L.I64, 2))])
-            ptr = b.ptrtoint(b.select(valid, ptr, src), L.I64)
-            dst = b.add(dst_base, _swizzled(b, row, chunk, padded * 2))
-            if (i + 1) * sk.threads > total:
-                with b.if_then(b.icmp_signed("<", q, L.i32(total))):
-                    P.cp_async_16(b, dst, ptr, valid)
-            else:
-                P.cp_async_16(b, dst, ptr, valid)
-
-    def _copy_step(self, j, stage) -> None:
-        b, sk = self.b, self.sk
-        base = b.add(b.add(self.base, L.i32(sk.q_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
-        key0 = b.mul(j, L.i32(sk.keys))
-        self._copy_rows(sk.k, sk.keys_axis, key0, sk.keys, sk.depth, sk.depth_pad, base)
-        self._copy_rows(sk.v, sk.keys_axis, key0, sk.keys, sk.cols, sk.cols_pad,
-                        b.add(base, L.i32(sk.keys * sk.depth_pad * 2)))
-
     # ---- shared -> fragments ----------------------------------------------------------------
     def _lane_parts(self):
         b = self.b
         j = b.lshr(self.lane, L.i32(3))
         return b.and_(self.lane, L.i32(7)), b.and_(j, L.i32(1)), b.lshr(j, L.i32(1))
 
-    def _q_fragments(self) -> list:
-        """A fragments of the warp's 16 q rows, one per 16 of D, kept for the whole loop."""
+    def _q_fragments(self, base) -> list:
+        """[m block][16 of D]: A fragments of the warp's q rows (in registers for the
+        whole loop, or read again each step where registers are short)."""
         b, sk = self.b, self.sk
         r8, lo, hi = self._lane_parts()
-        row = b.add(self.warp_row, b.add(r8, b.shl(lo, L.i32(3))))
-        return [P.ldmatrix_x4(b, b.add(self.base, _swizzled(b, row, b.add(hi, L.i32(2 * kk)),
-                                                            sk.depth_pad * 2)), False)
-                for kk in range(sk.depth_pad // 16)]
+        out = []
+        for i in range(sk.row_blocks):
+            row = b.add(self.warp_row, b.add(L.i32(16 * i), b.add(r8, b.shl(lo, L.i32(3)))))
+            out.append([P.ldmatrix_x4(b, b.add(base, _swizzled(b, row, b.add(hi, L.i32(2 * kk)),
+                                                               sk.depth_pad * 2)), False)
+                        for kk in range(sk.depth_pad // 16)])
+        return out
 
     def _scores(self) -> dict:
-        """q . k_j: the accumulators of every 8 keys (4 registers each) of the step."""
+        """q . k_j: {(m block, 8 keys): 4 accumulators}. Each k fragment serves every m
+        block of the warp, which is what more rows per warp buy."""
         b, sk = self.b, self.sk
         kind = P.MMA_TYPES[self.buffers[sk.q].dtype.short]
+        q = self.q_frags or self._q_fragments(self.base)
         r8, lo, hi = self._lane_parts()
         acc = {}
+        row_bytes = sk.depth_pad * 2
         for jp in range(sk.keys // 16):        # two blocks of 8 keys per ldmatrix.x4
-            row = b.add(L.i32(16 * jp), b.add(r8, b.shl(hi, L.i32(3))))
-            c = [[L.f32(0.0)] * 4, [L.f32(0.0)] * 4]
+            c = {(i, n): [L.f32(0.0)] * 4 for i in range(sk.row_blocks) for n in (0, 1)}
             for kk in range(sk.depth_pad // 16):
-                off = _swizzled(b, row, b.add(lo, L.i32(2 * kk)), sk.depth_pad * 2)
-                regs = P.ldmatrix_x4(b, b.add(self.stage_base, off), False)
-                for h in (0, 1):
-                    c[h] = P.mma_16816(b, c[h], self.q_frags[kk], regs[2 * h:2 * h + 2], kind)
-            for h in (0, 1):
-                acc[2 * jp + h] = c[h]
-        return acc
+                # Rows 16 apart keep their swizzle: that part is an address immediate.
+                addr = b.add(b.add(self.stage_base, self.k_offsets[kk]),
+                             L.i32(16 * jp * row_bytes))
+                regs = P.ldmatrix_x4(b, addr, False)
+                for (i, n), value in c.items():
+                    c[i, n] = P.mma_16816(b, value, q[i][kk], regs[2 * n:2 * n + 2], kind)
+            for (i, n), value in c.items():
+                acc[i, 2 * jp + n] = value
+        return {(2 * i + h, (j, e)): value[2 * h + e] for (i, j), value in acc.items()
+                for h in (0, 1) for e in (0, 1)}
 
     def _weighted(self, p: dict, acc: dict) -> dict:
-        """round(p) . v_j + acc, with p's accumulator registers as the A operand."""
+        """round(p) . v_j + acc, with p's accumulator registers as the A operand: rows
+        8r.. of slot r; m block i holds slots 2i (rows +0) and 2i+1 (rows +8)."""
         b, sk = self.b, self.sk
         dtype = self.buffers[sk.v].dtype
         kind = P.MMA_TYPES[dtype.short]
         r8, lo, hi = self._lane_parts()
         v_base = b.add(self.stage_base, L.i32(sk.keys * sk.depth_pad * 2))
-        out = {je: [acc[(h, (je, e))] for h in (0, 1) for e in (0, 1)]
-               for je in range(sk.cols_pad // 8)}
+        blocks = range(sk.row_blocks)
+        out = {(i, je): [acc[(2 * i + h, (je, e))] for h in (0, 1) for e in (0, 1)]
+               for i in blocks for je in range(sk.cols_pad // 8)}
+        row_bytes = sk.cols_pad * 2
         for kk in range(sk.keys // 16):
-            a = []
-            for jb in (2 * kk, 2 * kk + 1):    # a0 a1 from block 2kk, a2 a3 from 2kk+1
-                for h in (0, 1):
-                    a += L.encode_pairs(b, [p[(h, (jb, 0))], p[(h, (jb, 1))]], dtype)
-            a = [a[0], a[1], a[2], a[3]]
-            row = b.add(L.i32(16 * kk), b.add(r8, b.shl(lo, L.i32(3))))
+            a = {}
+            for i in blocks:         # a0 a1 from key block 2kk, a2 a3 from 2kk+1
+                a[i] = [word for jb in (2 * kk, 2 * kk + 1) for h in (0, 1) for word in
+                        L.encode_pairs(b, [p[(2 * i + h, (jb, 0))], p[(2 * i + h, (jb, 1))]],
+                                       dtype)]
             for ip in range(sk.cols_pad // 16):
-                off = _swizzled(b, row, b.add(hi, L.i32(2 * ip)), sk.cols_pad * 2)
-                regs = P.ldmatrix_x4(b, b.add(v_base, off), True)
-                for h in (0, 1):
-                    je = 2 * ip + h
-                    out[je] = P.mma_16816(b, out[je], a, regs[2 * h:2 * h + 2], kind)
-        return {(h, (je, e)): out[je][2 * h + e] for je in out for h in (0, 1) for e in (0, 1)}
+                addr = b.add(b.add(v_base, self.v_offsets[ip]), L.i32(16 * kk * row_bytes))
+                regs = P.ldmatrix_x4(b, addr, True)
+                for i in blocks:
+                    for n in (0, 1):
+                        key = (i, 2 * ip + n)
+                        out[key] = P.mma_16816(b, out[key], a[i], regs[2 * n:2 * n + 2], kind)
+        return {(2 * i + h, (je, e)): value[2 * h + e] for (i, je), value in out.items()
+                for h in (0, 1) for e in (0, 1)}
 
     # ---- the ops ------------------------------------------------------------------------------
     def _emit(self, op) -> None:
@@ -313,12 +342,13 @@ class _Emitter(KernelEmitter):
             return
         if kind == "dot":
             if op.attr("over") == sk.depth_axis:
-                acc = self._scores()
-                self.values[op.id] = {(h, (j, e)): acc[j][2 * h + e]
-                                      for h in (0, 1) for j in acc for e in (0, 1)}
+                self.values[op.id] = self._scores()
             else:
                 self.values[op.id] = self._weighted(self.values[op.args[0]],
                                                     self.values[op.args[2]])
+            return
+        if op.attr("mask") is not None and not self.masked:
+            self.values[op.id] = self.values[op.args[1]]   # the tile is whole: no mask
             return
         if kind in ("max", "sum", "min") and op.attr("axis") is not None:
             self.values[op.id] = self._row_reduce(op)
@@ -359,15 +389,16 @@ class _Emitter(KernelEmitter):
         combine = {"max": "maximum", "min": "minimum", "sum": "add"}[op.op]
         axis = op.attr("axis")
         out = {}
-        for half in (0, 1):
+        for half in range(2 * self.sk.row_blocks):
             acc = None
             for key, value in src.items():
                 if key[0] != half:
                     continue
-                inside = b.icmp_signed("<", self.index_of(axis, key), self.size(axis))
-                identity = L.f32(0.0) if op.op == "sum" else \
-                    L.f32(float("-inf") if op.op == "max" else float("inf"))
-                value = b.select(inside, value, identity)
+                if self.masked:             # a whole tile has no keys past the end
+                    inside = b.icmp_signed("<", self.index_of(axis, key), self.size(axis))
+                    identity = L.f32(0.0) if op.op == "sum" else \
+                        L.f32(float("-inf") if op.op == "max" else float("inf"))
+                    value = b.select(inside, value, identity)
                 acc = value if acc is None else L.binary(b, intr, combine, acc, value)
             for lanes in (1, 2):
                 other = intr.call(b, "llvm.nvvm.shfl.sync.bfly.f32", L.F32,
@@ -383,7 +414,7 @@ class _Emitter(KernelEmitter):
         values = self.values[op.args[0]]
         base = self.args[("buffer", buf.name)]
         src_axes = self.ops[op.args[0]].axes
-        for half in (0, 1):
+        for half in range(2 * sk.row_blocks):
             row = b.add(self.row_base, L.i32(8 * half))
             row_in = b.icmp_signed("<", row, self.size(sk.rows_axis))
             row_at = b.add(self.offsets[buf.name],

@@ -56,13 +56,15 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     for n in topo_order([st.logits]):       # the algorithm's own score ops
         if n.uid not in inside and n.uid not in b.value:
             b.value[n.uid] = b._lower(n)
+    _mark_index_mask(b, b.value[st.logits.uid], set(inside))
     s_axes = st.scores.axes
     # Keys past the end are -inf: their zero-filled scores must weigh nothing.
     t_at = b.emit("iota", (), (st.keys,), DType.INT32, axis=st.keys)
     t_in = b.emit("lt", (t_at, b.emit("size", (), (), DType.INT32, axis=st.keys)),
                   (st.keys,), DType.BOOL)
     s = b.emit("where", (t_in, b.value[st.logits.uid], b.emit("const", (), (), f32,
-                                                              value=NEG_INF)), s_axes, f32)
+                                                              value=NEG_INF)), s_axes, f32,
+               mask="edge")
     tile_max = b.emit("max", (s,), rows, f32, axis=st.keys)
     m_new = b.emit("maximum", (m, tile_max), rows, f32)
     ninf = b.emit("const", (), (), f32, value=NEG_INF)
@@ -93,6 +95,29 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     return TileProgram(plan.name, plan.axes, plan.schedule.grid,
                        tuple(buffers[n] for n in ordered), tuple(sorted(b.scalars.items())),
                        tuple(b.ops))
+
+
+def _mark_index_mask(b: _Builder, vid: int, scores: set) -> None:
+    """Mark the logits' last op `mask=index` when it is where(cond, s, -inf) with cond a
+    function of positions alone (causal, sliding window, prefix): a backend may then skip
+    the key tiles where cond is false throughout, and the arithmetic where it is true."""
+    op = b.ops[vid]
+    if op.op != "where":
+        return
+    other = b.ops[op.args[2]]
+    if other.op != "const" or other.attr("value") != NEG_INF:
+        return
+    pending, seen = [op.args[0]], set()
+    while pending:
+        arg = b.ops[pending.pop()]
+        if arg.id in seen:
+            continue
+        seen.add(arg.id)
+        if arg.op in ("dot", "load") or arg.dtype == DType.FP32 and arg.op not in (
+                "const", "param", "size", "convert"):
+            return                 # depends on the scores or on float arithmetic
+        pending.extend(arg.args)
+    b.ops[vid] = op.with_attrs(mask="index")
 
 
 def _finish(b: _Builder, st, value: int, axes) -> int:

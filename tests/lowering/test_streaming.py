@@ -122,8 +122,14 @@ def test_the_schedule_sets_the_tiles():
     graph = attention.graph({n: DType.BF16 for n in "qkv"})
     s = Schedule.from_dict({"algorithm": "attention", "grid": {"S": 64}, "stream": {"T": 32}})
     (t,) = lower(graph, s, CASES[0][1], True, "sm_80").threads
-    assert (t.rows, t.keys, t.warps) == (64, 32, 4)
-    assert "64 rows of S per block in 4 warps, T in steps of 32" in t.text()
+    assert (t.rows, t.keys, t.warps, t.rows_per_warp) == (64, 32, 2, 32)   # E <= 64: 32 rows
+    assert "64 rows of S per block in 2 warps of 32, T in steps of 32" in t.text()
+    s = Schedule.from_dict({"algorithm": "attention", "grid": {"S": 64}, "warps": 4})
+    (t,) = lower(graph, s, CASES[0][1], True, "sm_80").threads
+    assert (t.warps, t.rows_per_warp, t.keys) == (4, 16, 64)
+    s = Schedule.from_dict({"algorithm": "attention", "grid": {"S": 64}, "warps": 3})
+    with pytest.raises(PlaitError, match="do not split into 3 warps"):
+        lower(graph, s, CASES[0][1], True, "sm_80")
 
 
 def test_bad_stream_keys_are_schedule_errors():
