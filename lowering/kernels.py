@@ -169,7 +169,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                               "output"))
         name = _kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
         planner.kernels.append(_stream_plan(name, out, st, schedule, tensor_cores,
-                                            graph.axis_order))
+                                            graph.axis_order, sizes))
     for group in groups.values():
         name = _kernel_name(graph, group, len(groups) + len(staged) + len(streamed))
         planner.plan(name, {o: outputs[o] for o in group})
@@ -211,7 +211,7 @@ def _streams(graph, schedule, sizes, tensor_cores, outputs) -> tuple[dict, dict]
     return streamed, why
 
 
-def _stream_plan(name, out, st: Stream, schedule, instruction, order) -> KernelPlan:
+def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> KernelPlan:
     """The kernel of one streamed contraction: blocks over the batch axes and tiles of
     query rows, the keys walked `stream` at a time (the target's defaults where the
     schedule is silent)."""
@@ -219,8 +219,9 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order) -> KernelP
     defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
-    keys = dict(ks.stream).get(st.keys, defaults.stream_keys) if ks.stream else \
-        defaults.stream_keys
+    wide = max(sizes[st.depth], sizes[st.cols]) > 64
+    default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
+    keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
         raise PlaitError(f"kernel {name}: a streamed kernel takes query rows per block in "
                          f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")

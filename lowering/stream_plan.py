@@ -104,7 +104,8 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
     st = plan.stream
     rows = dict(plan.schedule.grid)[st.rows]
     keys = dict(plan.schedule.stream)[st.keys]
-    warps = plan.schedule.warps or max(1, rows // (32 if sizes[st.cols] <= 64 else 16))
+    per_warp = 32 if sizes[st.cols] <= 128 and rows % 32 == 0 else 16
+    warps = plan.schedule.warps or max(1, rows // per_warp)
     if rows % (16 * warps):
         raise PlaitError(f"kernel {plan.name}: {rows} query rows per block do not split into "
                          f"{warps} warps of whole 16-row tensor-core tiles")

@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from plait.dsl.dtypes import DType
 
+from . import mathfns
 from . import ops_llvm as L
 from . import ptx_mma as P
 from .artifact import CompiledKernel
@@ -379,6 +380,14 @@ class _Emitter(KernelEmitter):
             return L.convert(b, args[0], op.dtype)
         if kind == "round":
             return L.round_to(b, intr, args[0], op.attr("round"))
+        shifted = self.ops[op.args[0]] if kind == "exp" and op.args else None
+        if shifted is not None and shifted.op == "sub" and op.attr("round") is None:
+            # exp(s - m) as ex2(s * log2(e) - m * log2(e)): one fma per score, and the
+            # row's m * log2(e) once (the online softmax's inner loop is bound by these).
+            s, m = (self.values[a][self.project(key, self.ops[a].axes)] for a in shifted.args)
+            log2e = L.f32(mathfns.LOG2E)
+            neg = b.fmul(m, L.f32(-mathfns.LOG2E))
+            return L.ex2(b, intr.call(b, "llvm.fma.f32", L.F32, [s, log2e, neg]))
         return L.elementwise(b, intr, kind, args, op.attr("round"))
 
     def _row_reduce(self, op) -> dict:

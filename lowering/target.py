@@ -31,10 +31,14 @@ class Target:
     fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
     contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
     registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
-    # A streamed softmax-weighted contraction (attention): query rows per block (16 per
-    # warp) and keys per loop step, where the schedule leaves them open.
+    # A streamed softmax-weighted contraction (attention), where the schedule leaves it
+    # open: query rows per block, keys per loop step (fewer past a head of 64, whose
+    # accumulators take more registers), query rows per warp (16 past a head of 128).
+    # Measured on the H200, bf16, B4 H16 S4096 (2026-12-03): D128 rows 128 in 4 warps,
+    # keys 32: 308 TFLOP/s (keys 64: 287, 8 warps: 281); D64 keys 64: 243 (keys 32: 227).
     stream_rows: int = 128
     stream_keys: int = 64
+    stream_keys_wide: int = 32
 
 
 # mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
