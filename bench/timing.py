@@ -8,11 +8,11 @@ import torch
 from triton.testing import do_bench
 
 
-def median_ms(fn) -> float:
-    return do_bench(fn, warmup=50, rep=300, return_mode="median")
+def median_ms(fn, rep: int = 300) -> float:
+    return do_bench(fn, warmup=50, rep=rep, return_mode="median")
 
 
-def graph_ms(fn) -> float:
+def graph_ms(fn, rep: int = 300) -> float:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -22,7 +22,7 @@ def graph_ms(fn) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return median_ms(graph.replay)
+    return median_ms(graph.replay, rep)
 
 
 def both(fn) -> tuple[float, float]:
