@@ -25,7 +25,7 @@ for stage in ${STAGES:-shape tier memcheck}; do
         python3 tests/gpu/sanitize_examples.py > "$OUT/$stage.log" 2>&1; echo "$stage rc=$?"
       tail -3 "$OUT/$stage.log" ;;
     bench) for set in ${SETS:-unaligned small default}; do
-        timeout ${BENCH_TIMEOUT:-200} python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} \
+        timeout ${BENCH_TIMEOUT:-200} python3 bench/matmul.py --set $set --repeat ${REPEAT:-3} ${BENCH_ARGS:-} \
           --out "$OUT/matmul_$set.md" 2>&1 | tee "$OUT/bench_$set.log" | tail -8
       done ;;
     host) timeout 120 python3 bench/host_overhead.py --calls 2000 --repeats 7 2>&1 | tee "$OUT/host.log" | tail -14 ;;

@@ -1,7 +1,7 @@
 """Stages 4-5 for a streamed tile program: the online-softmax loop as an mma.sync kernel.
 
-A block takes `rows` query rows of one batch index (16 per warp) and walks the keys
-`keys` at a time. Threads copy the block's q tile once, and each key step's k and v
+A block takes `rows` query rows of one batch index (16 or 32 per warp) and walks the
+keys `keys` at a time. Threads copy the block's q tile once, and each key step's k and v
 tiles into one of two shared-memory stages (cp.async, 128-byte swizzle as in
 gemm_sm80), so the next step's copies overlap this step's arithmetic:
 
@@ -12,14 +12,18 @@ gemm_sm80), so the next step's copies overlap this step's arithmetic:
                                                     registers without shared memory)
 
 Layouts. Every value of the tile program lives in registers in the layout of an mma
-accumulator fragment, or a slice of it: lane l of a warp holds, of its 16 rows, rows
-l/4 and l/4 + 8 ("halves"), and of each 8 columns, columns 2(l%4) and 2(l%4) + 1. A value
-over [S, T] (scores) or [S, E] (the accumulator) is indexed (half, column block, column
-pair); over [S] only by half (a row reduction folds the thread's columns, then the four
+accumulator fragment, or a slice of it: lane l of a warp holds, of each 16 rows, rows
+l/4 and l/4 + 8 (row slots), and of each 8 columns, columns 2(l%4) and 2(l%4) + 1. A value
+over [S, T] (scores) or [S, E] (the accumulator) is indexed (slot, column block, column
+pair); over [S] only by slot (a row reduction folds the thread's columns, then the four
 lanes of the quad by shuffles); over [T] or [E] only by its column. An op's operands are
 read at the projection of its own positions, which is the broadcast. The m16n8k16
 accumulator of two column blocks is, packed to 16-bit pairs, the A operand of the next
-product: that is why p never leaves registers.
+product: that is why p never leaves registers (the products: stream_mma.py).
+
+Masks. A step whose key tile a position mask leaves empty skips its copies and its
+arithmetic; one the mask leaves whole (and inside the keys) runs a second copy of the
+body without the mask's ops (stream_masks.py decides, per block, by intervals).
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ from .ptx_memory import asm_store
 from .stream_copy import copy_rows, copy_step
 from .stream_copy import swizzled as _swizzled
 from .stream_masks import TileMask
-from .stream_plan import STAGES, StreamKernel
+from .stream_mma import lane_parts, q_fragments, scores, weighted
+from .stream_plan import StreamKernel
 from .tile_stream import loop_body
 
 def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
@@ -158,8 +163,8 @@ class _Emitter(KernelEmitter):
         P.cp_async_commit(b)
         P.cp_async_wait(b, 0)
         P.barrier(b)
-        self.q_frags = self._q_fragments(self.base) if sk.q_in_registers else None
-        r8, lo, hi = self._lane_parts()     # this lane's ldmatrix row addresses, per chunk
+        self.q_frags = q_fragments(self, self.base) if sk.q_in_registers else None
+        r8, lo, hi = lane_parts(self)     # this lane's ldmatrix row addresses, per chunk
         self.k_offsets = [_swizzled(b, b.add(r8, b.shl(hi, L.i32(3))), b.add(lo, L.i32(2 * kk)),
                                     sk.depth_pad * 2) for kk in range(sk.depth_pad // 16)]
         self.v_offsets = [_swizzled(b, b.add(r8, b.shl(lo, L.i32(3))), b.add(hi, L.i32(2 * ip)),
@@ -262,79 +267,9 @@ class _Emitter(KernelEmitter):
         (value,) = self.values[vid].values()
         return value
 
-    # ---- shared -> fragments ----------------------------------------------------------------
-    def _lane_parts(self):
-        b = self.b
-        j = b.lshr(self.lane, L.i32(3))
-        return b.and_(self.lane, L.i32(7)), b.and_(j, L.i32(1)), b.lshr(j, L.i32(1))
-
-    def _q_fragments(self, base) -> list:
-        """[m block][16 of D]: A fragments of the warp's q rows (in registers for the
-        whole loop, or read again each step where registers are short)."""
-        b, sk = self.b, self.sk
-        r8, lo, hi = self._lane_parts()
-        out = []
-        for i in range(sk.row_blocks):
-            row = b.add(self.warp_row, b.add(L.i32(16 * i), b.add(r8, b.shl(lo, L.i32(3)))))
-            out.append([P.ldmatrix_x4(b, b.add(base, _swizzled(b, row, b.add(hi, L.i32(2 * kk)),
-                                                               sk.depth_pad * 2)), False)
-                        for kk in range(sk.depth_pad // 16)])
-        return out
-
-    def _scores(self) -> dict:
-        """q . k_j: {(m block, 8 keys): 4 accumulators}. Each k fragment serves every m
-        block of the warp, which is what more rows per warp buy."""
-        b, sk = self.b, self.sk
-        kind = P.MMA_TYPES[self.buffers[sk.q].dtype.short]
-        q = self.q_frags or self._q_fragments(self.base)
-        r8, lo, hi = self._lane_parts()
-        acc = {}
-        row_bytes = sk.depth_pad * 2
-        for jp in range(sk.keys // 16):        # two blocks of 8 keys per ldmatrix.x4
-            c = {(i, n): [L.f32(0.0)] * 4 for i in range(sk.row_blocks) for n in (0, 1)}
-            for kk in range(sk.depth_pad // 16):
-                # Rows 16 apart keep their swizzle: that part is an address immediate.
-                addr = b.add(b.add(self.stage_base, self.k_offsets[kk]),
-                             L.i32(16 * jp * row_bytes))
-                regs = P.ldmatrix_x4(b, addr, False)
-                for (i, n), value in c.items():
-                    c[i, n] = P.mma_16816(b, value, q[i][kk], regs[2 * n:2 * n + 2], kind)
-            for (i, n), value in c.items():
-                acc[i, 2 * jp + n] = value
-        return {(2 * i + h, (j, e)): value[2 * h + e] for (i, j), value in acc.items()
-                for h in (0, 1) for e in (0, 1)}
-
-    def _weighted(self, p: dict, acc: dict) -> dict:
-        """round(p) . v_j + acc, with p's accumulator registers as the A operand: rows
-        8r.. of slot r; m block i holds slots 2i (rows +0) and 2i+1 (rows +8)."""
-        b, sk = self.b, self.sk
-        dtype = self.buffers[sk.v].dtype
-        kind = P.MMA_TYPES[dtype.short]
-        r8, lo, hi = self._lane_parts()
-        v_base = b.add(self.stage_base, L.i32(sk.keys * sk.depth_pad * 2))
-        blocks = range(sk.row_blocks)
-        out = {(i, je): [acc[(2 * i + h, (je, e))] for h in (0, 1) for e in (0, 1)]
-               for i in blocks for je in range(sk.cols_pad // 8)}
-        row_bytes = sk.cols_pad * 2
-        for kk in range(sk.keys // 16):
-            a = {}
-            for i in blocks:         # a0 a1 from key block 2kk, a2 a3 from 2kk+1
-                a[i] = [word for jb in (2 * kk, 2 * kk + 1) for h in (0, 1) for word in
-                        L.encode_pairs(b, [p[(2 * i + h, (jb, 0))], p[(2 * i + h, (jb, 1))]],
-                                       dtype)]
-            for ip in range(sk.cols_pad // 16):
-                addr = b.add(b.add(v_base, self.v_offsets[ip]), L.i32(16 * kk * row_bytes))
-                regs = P.ldmatrix_x4(b, addr, True)
-                for i in blocks:
-                    for n in (0, 1):
-                        key = (i, 2 * ip + n)
-                        out[key] = P.mma_16816(b, out[key], a[i], regs[2 * n:2 * n + 2], kind)
-        return {(2 * i + h, (je, e)): value[2 * h + e] for (i, je), value in out.items()
-                for h in (0, 1) for e in (0, 1)}
-
     # ---- the ops ------------------------------------------------------------------------------
     def _emit(self, op) -> None:
-        b, sk = self.b, self.sk
+        sk = self.sk
         kind = op.op
         if kind in ("load", "carried", "yield"):
             return                          # tiles are staged by the loop; carried by phis
@@ -343,9 +278,9 @@ class _Emitter(KernelEmitter):
             return
         if kind == "dot":
             if op.attr("over") == sk.depth_axis:
-                self.values[op.id] = self._scores()
+                self.values[op.id] = scores(self)
             else:
-                self.values[op.id] = self._weighted(self.values[op.args[0]],
+                self.values[op.id] = weighted(self, self.values[op.args[0]],
                                                     self.values[op.args[2]])
             return
         if op.attr("mask") is not None and not self.masked:
