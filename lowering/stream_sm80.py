@@ -189,7 +189,7 @@ class _Emitter(KernelEmitter):
             self.key0 = b.mul(j, L.i32(sk.keys))
             self.stage_base = b.add(b.add(self.base, L.i32(sk.q_bytes)),
                                     b.mul(stage, L.i32(sk.stage_bytes)))
-            whole, empty = self._tile_status(j)
+            whole, empty = self._tile_status(j, warp=True)
             return self._branches(flat, whole, empty, body, yielded, carried_keys)
         final = loop(b, self.fn, n_steps, init, step)
         P.cp_async_wait(b, 0)
@@ -202,17 +202,21 @@ class _Emitter(KernelEmitter):
             self._emit(op)
         b.ret_void()
 
-    def _tile_status(self, j) -> tuple:
-        """(i1 the tile of step j needs no mask, i1 its keys are all masked), the same in
-        every thread of the block: the position mask over the block's rows and the tile's
-        keys (stream_masks), and whether the tile ends inside the keys."""
+    def _tile_status(self, j, warp: bool = False) -> tuple:
+        """(i1 the tile of step j needs no mask, i1 its keys are all masked): the position
+        mask over the block's rows (the same in every thread: what the copies follow) or,
+        with `warp`, over this warp's rows (what its arithmetic follows; the step's body
+        has no barrier), and the tile's keys (stream_masks); and whether the tile ends
+        inside the keys."""
         b, sk = self.b, self.sk
+        first = b.add(self.m0, self.warp_row) if warp else self.m0
+        count = sk.rows_per_warp if warp else sk.rows
         key0 = b.mul(j, L.i32(sk.keys))
         last = b.add(key0, L.i32(sk.keys - 1))
         inside = b.icmp_signed("<=", b.add(key0, L.i32(sk.keys)), self.size(sk.keys_axis))
         if self.index_mask is None:
             return inside, ir.Constant(L.I1, 0)
-        box = {sk.rows_axis: (self.m0, b.add(self.m0, L.i32(sk.rows - 1))),
+        box = {sk.rows_axis: (first, b.add(first, L.i32(count - 1))),
                sk.keys_axis: (key0, last)}
         true, false = self.masks.status(self.index_mask, box)
         return b.and_(inside, true), false
