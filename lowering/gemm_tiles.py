@@ -33,7 +33,9 @@ def _best_tile(r, sizes, table, sms: int = SMS) -> tuple[int, int]:
         tm, tn, eff = entry
         blocks = _blocks(r, sizes, tm, tn)
         waves = -(-blocks // sms)
-        return eff * blocks / (waves * sms)
+        # What of the padded tiles is the product (16 rows of a 128-row tile: 1/8).
+        useful = sizes[r.m] * sizes[r.n] / (-(-sizes[r.m] // tm) * tm * -(-sizes[r.n] // tn) * tn)
+        return eff * useful * blocks / (waves * sms)
     tm, tn, _ = max(table, key=score)
     return tm, tn
 
@@ -42,21 +44,24 @@ def best_wgmma_tile(r, sizes, sms: int = SMS) -> tuple[int, int]:
     return _best_tile(r, sizes, WGMMA_TILES, sms)
 
 
-SPLIT_K_MIN_K = 4096        # a K this long per output tile is worth splitting ...
-SPLIT_K_MIN_RANGE = 1024    # ... into ranges no shorter than this
+SPLIT_K_MIN_K = 3072        # a K this long per output tile is worth splitting ...
+SPLIT_K_MIN_RANGE = 512     # ... into ranges no shorter than this
 SPLIT_K_MAX = 8
 
 
 def auto_split_k(m: int, n: int, k: int, batch: int, sms: int = SMS) -> int:
-    """Split-K for a wgmma contraction whose schedule leaves it open: only where even the
-    smallest tiles (64x128) fill under half a wave and K is long; then enough ranges for
-    128x128 tiles to fill one. On the H200 (2026-12-02) 512x512x16384 went from 110 to
-    310 TFLOP/s with 8 ranges, while 1024x1024x8192, whose 64x128 tiles fill a wave, lost
-    9-18% to splitting."""
-    smallest = -(-m // 64) * -(-n // 128) * batch
-    if k < SPLIT_K_MIN_K or 2 * smallest > sms:
-        return 1
+    """Split-K for a wgmma contraction whose schedule leaves it open: where 128x128 tiles
+    fill under a wave and K is long, as many ranges as keep them within one wave.
+    Measured on the H200 (2026-12-03, bench/small_gemm_grid.py, TFLOP/s without and with):
+    768x768x8192 213 -> 334 (3 ranges), 256x3072x8192 255 -> 327 (2), 128x8192x8192
+    298 -> 345 (2), 256x2048x3072 150 -> 184 (4), 16x4096x4096 22 -> 27 (4); products
+    with K = 2048 or less gained nothing (2048x256x2048, 1536^3, 1024^3). Where 64x128
+    tiles fill a wave already it is left alone: 1024x1024x8192 lost 9-18% to splitting
+    (2026-12-02), though 128x8192x8192, as many tiles, gained 16% (unresolved: measure)."""
     blocks = -(-m // 128) * -(-n // 128) * batch
+    smallest = -(-m // 64) * -(-n // 128) * batch
+    if k < SPLIT_K_MIN_K or blocks >= sms or smallest >= 0.95 * sms:
+        return 1
     return max(1, min(SPLIT_K_MAX, sms // blocks, k // SPLIT_K_MIN_RANGE))
 
 
