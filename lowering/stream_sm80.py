@@ -42,6 +42,7 @@ from .stream_copy import swizzled as _swizzled
 from .stream_masks import TileMask
 from .stream_mma import lane_parts, q_fragments, scores, weighted
 from .stream_plan import StreamKernel
+from .tile import register_dtype
 from .tile_stream import loop_body
 
 def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
@@ -275,6 +276,10 @@ class _Emitter(KernelEmitter):
     def _emit(self, op) -> None:
         sk = self.sk
         kind = op.op
+        if kind == "load" and op.attr("buffer") not in (sk.q, sk.k, sk.v):
+            self.values[op.id] = {key: self._load_element(op, key)
+                                  for key in self.positions(op.axes)}
+            return
         if kind in ("load", "carried", "yield"):
             return                          # tiles are staged by the loop; carried by phis
         if kind == "result":
@@ -302,6 +307,28 @@ class _Emitter(KernelEmitter):
             out[key] = self._elementwise(op, args, key)
         self.values[op.id] = out
 
+    def _load_element(self, op, key):
+        """One element of a mask or bias tensor at register position `key`, its index
+        clamped inside the tensor (a position past the end is computed, never used): the
+        register value, or a narrow float's storage bits, which the program's `convert`
+        decodes."""
+        b = self.b
+        buf = self.buffers[op.attr("buffer")]
+        offset = ir.Constant(L.I64, 0)
+        for axis in buf.axes:
+            size = self.size(axis)
+            i = self.index_of(axis, key)
+            last = b.sub(size, L.i32(1))
+            i = b.select(b.icmp_signed(">", i, last), last, i)
+            offset = b.add(b.mul(offset, b.zext(size, L.I64)), b.zext(i, L.I64))
+        bits = L.STORAGE_BITS[buf.dtype]
+        base = self.args[("buffer", buf.name)]
+        ptr = b.bitcast(b.gep(base, [b.mul(offset, ir.Constant(L.I64, buf.dtype.itemsize))]),
+                        ir.PointerType(bits, 1))
+        bits = b.load(ptr)
+        # fp32 and integers have no `convert` after their load: decode here.
+        return L.decode(b, bits, buf.dtype) if buf.dtype == register_dtype(buf.dtype) else bits
+
     def _elementwise(self, op, args, key):
         b, intr = self.b, self.intr
         kind = op.op
@@ -316,6 +343,9 @@ class _Emitter(KernelEmitter):
         if kind == "iota":
             return self.index_of(op.attr("axis"), key)
         if kind == "convert":
+            src = self.ops[op.args[0]]
+            if src.op == "load":             # storage bits to the register value
+                return L.decode(b, args[0], src.dtype)
             return L.convert(b, args[0], op.dtype)
         if kind == "round":
             return L.round_to(b, intr, args[0], op.attr("round"))

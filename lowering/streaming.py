@@ -16,7 +16,9 @@ What is taken, for now: q, k and v are inputs of one dtype (bf16 or fp16), store
 [batch..., S, D], [batch..., T, D] and [batch..., T, E] (D and E innermost, rows of
 whole 16 bytes), the output [batch..., S, E]; f is elementwise on the scores, scalars,
 constants and positions (`index`), so causal, sliding-window and soft-capped scores
-stream. Anything else is not streamed, and `why_not` says why (the kernel graph
+stream, and so do scores that read other tensors over the batch axes, S and T (a
+per-token segment id for document masks, a key-padding bias, an [S, T] bias). Anything
+else is not streamed, and `why_not` says why (the kernel graph
 prints it), so the scores go through memory as before.
 """
 from __future__ import annotations
@@ -65,6 +67,14 @@ def _skip(n: Node) -> Node:
     return n
 
 
+def _uncast(n: Node) -> Node:
+    """An input behind float casts (v promoted to fp32 by an fp32 bias in the scores): the
+    streamed product reads it in its storage dtype, as it reads p rounded to it."""
+    while n.op == "cast" and n.dtype.is_float and n.inputs[0].dtype.is_float:
+        n = _skip(n.inputs[0])
+    return n
+
+
 def _is(n: Node, op: str, axis: str | None = None) -> bool:
     return n.op == op and (axis is None or n.attr("axis") == axis)
 
@@ -82,7 +92,7 @@ def find_stream(out: Node) -> Stream:
     if prod.op != "mul":
         raise NotStreamable(f"the sum over {keys} is not of a product")
     for p, v in (prod.inputs, prod.inputs[::-1]):
-        p, v = _skip(p), _skip(v)
+        p, v = _skip(p), _uncast(_skip(v))
         if p.op == "div" and v.op == "input":
             break
     else:
@@ -117,8 +127,7 @@ def _scores_of(logits: Node) -> Node:
                 or n.op == "stop_gradient":
             continue
         if n.op == "input":
-            raise NotStreamable(f"the scores read tensor {n.attr('name')!r}; a streamed "
-                                "tile reads only q, k, v (masks as math on index())")
+            continue               # a mask or bias tensor: its axes are checked below
         if n.op not in OPS or OPS[n.op].kind != "elementwise":
             raise NotStreamable(f"the scores pass through {n.op}, which a streamed tile "
                                 "does not compute")
@@ -157,6 +166,12 @@ def _check_axes(st: Stream) -> Stream:
         if have[name] != axes:
             raise NotStreamable(f"{name} is stored [{','.join(have[name])}]; streaming takes "
                                 f"[{','.join(axes)}]")
+    inside = {m.uid for m in topo_order([st.scores])}
+    for n in topo_order([st.logits]):
+        if n.op == "input" and n.uid not in inside and not set(n.axes) <= set(batch + (s, t)):
+            raise NotStreamable(f"the scores read {n.attr('name')!r} over "
+                                f"[{','.join(n.axes)}]; a streamed tile reads tensors over "
+                                f"the batch axes, {s} and {t} only")
     dtypes = {q.dtype, k.dtype, v.dtype}
     if len(dtypes) != 1 or q.dtype not in (DType.BF16, DType.FP16):
         raise NotStreamable(f"q, k, v are {'/'.join(sorted(str(x) for x in dtypes))}; "

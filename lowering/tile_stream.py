@@ -54,7 +54,11 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     b.value[st.scores.uid] = scores
     inside = {n.uid for n in topo_order([st.scores])}
     for n in topo_order([st.logits]):       # the algorithm's own score ops
-        if n.uid not in inside and n.uid not in b.value:
+        if n.uid in inside or n.uid in b.value:
+            continue
+        if n.op == "input":                  # a mask or bias read where it is used
+            b._load_once(n)
+        else:
             b.value[n.uid] = b._lower(n)
     _mark_index_mask(b, b.value[st.logits.uid], set(inside))
     s_axes = st.scores.axes

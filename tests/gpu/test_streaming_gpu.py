@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lowering"))
 import plait  # noqa: E402
-from test_streaming import CASES, _reference  # noqa: E402
+from test_streaming import CASES, _extra, _reference  # noqa: E402
 
 BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 128}),
           (CASES[2][0], {"B": 1, "H": 2, "S": 1000, "T": 1000, "D": 64, "E": 64}),
@@ -31,8 +31,11 @@ def test_streamed_attention_on_the_gpu(algo, sizes, dtype):
     q, k, v = r(b, h, sizes["S"], sizes["D"]), r(b, h, sizes["T"], sizes["D"]), \
         r(b, h, sizes["T"], sizes["E"])
     scale = sizes["D"] ** -0.5
-    out = plait.run(algo, q, k, v, scale=scale)
-    ref = _reference(algo.name, *(t.cpu().double().numpy() for t in (q, k, v)), scale)
+    extra = _extra(algo, sizes)
+    out = plait.run(algo, q, k, v, *(torch.from_numpy(a).cuda() for a in extra.values()),
+                    scale=scale)
+    ref = _reference(algo.name, *(t.cpu().double().numpy() for t in (q, k, v)), scale,
+                     extra=extra)
     got = out.cpu().double().numpy()
     step = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
     assert np.abs(got - ref).max() < 4 * step * max(1.0, np.abs(ref).max())

@@ -41,11 +41,25 @@ def window(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
     return sum(softmax(where(near, s, float("-inf")), over="T") * v, over="T")
 
 
-def _reference(name, q, k, v, scale, cap=5.0):
+@algorithm
+def documents(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+              v: Tensor["B", "H", "T", "E"], doc_q: Tensor["B", "S"], doc_k: Tensor["B", "T"],
+              bias: Tensor["B", "T"], scale: float = 0.125):
+    """Queries see the keys of their own document (int32 ids per token), plus a per-key
+    bias (a padding penalty, ALiBi-like slopes)."""
+    s = sum(q * k, over="D") * scale + bias
+    return sum(softmax(where(doc_q == doc_k, s, float("-inf")), over="T") * v, over="T")
+
+
+def _reference(name, q, k, v, scale, cap=5.0, extra=None):
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     s = np.einsum("bhsd,bhtd->bhst", q, k) * scale
     S, T = s.shape[-2:]
     rows, cols = np.arange(S)[:, None], np.arange(T)[None, :]
+    if name == "documents":
+        s = s + np.asarray(extra["bias"], np.float64)[:, None, None, :]
+        same = extra["doc_q"][:, None, :, None] == extra["doc_k"][:, None, None, :]
+        s = np.where(same, s, -np.inf)
     if name == "window":
         s = cap * np.tanh(s / cap)
         s = np.where((cols <= rows) & (cols > rows - 40), s, -np.inf)
@@ -65,6 +79,7 @@ CASES = [
     (causal, {"B": 1, "H": 2, "S": 77, "T": 130, "D": 96, "E": 48}),
     (causal, {"B": 1, "H": 1, "S": 150, "T": 70, "D": 32, "E": 32}),   # rows past T see all
     (window, {"B": 1, "H": 1, "S": 200, "T": 190, "D": 16, "E": 8}),
+    (documents, {"B": 2, "H": 2, "S": 90, "T": 130, "D": 32, "E": 24}),
 ]
 
 
@@ -74,19 +89,34 @@ def _inputs(sizes, dtype, seed=0):
     b, h = sizes["B"], sizes["H"]
     shapes = {"q": (b, h, sizes["S"], sizes["D"]), "k": (b, h, sizes["T"], sizes["D"]),
               "v": (b, h, sizes["T"], sizes["E"])}
-    return {n: rng.standard_normal(s).astype(np_dtype) for n, s in shapes.items()}
+    out = {n: rng.standard_normal(s).astype(np_dtype) for n, s in shapes.items()}
+    return out
+
+
+def _extra(algo, sizes, seed=0):
+    """The documents example's own inputs: sorted ids (3 documents per row, unequal
+    lengths, so some queries see no key of theirs past T) and an fp32 bias."""
+    if algo.name != "documents":
+        return {}
+    rng = np.random.default_rng(seed + 1)
+    b = sizes["B"]
+    ids = lambda n: np.sort(rng.integers(0, 3, (b, n)), axis=1).astype(np.int32)  # noqa: E731
+    return {"doc_q": ids(sizes["S"]), "doc_k": ids(sizes["T"]),
+            "bias": rng.standard_normal((b, sizes["T"])).astype(np.float32)}
 
 
 @pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16])
 @pytest.mark.parametrize("algo,sizes", CASES, ids=lambda c: getattr(c, "name", None))
 def test_streamed_program_matches_float64(algo, sizes, dtype):
     inputs = _inputs(sizes, dtype)
-    graph = algo.graph({n: dtype for n in inputs})
+    extra = _extra(algo, sizes)
+    graph = algo.graph({**{n: dtype for n in inputs}, **{n: "int32" for n in extra if "doc" in n},
+                        **({"bias": "fp32"} if extra else {})})
     low = lower(graph, None, sizes, True, "sm_90a")
     assert [type(t) for t in low.threads] == [StreamKernel], low.kernel_graph.text()
     assert "(streamed)" in low.kernel_graph.text()
-    out = emulate(graph, None, sizes, inputs, {"scale": 0.125}, "sm_90a")["out"]
-    ref = _reference(algo.name, inputs["q"], inputs["k"], inputs["v"], 0.125)
+    out = emulate(graph, None, sizes, {**inputs, **extra}, {"scale": 0.125}, "sm_90a")["out"]
+    ref = _reference(algo.name, inputs["q"], inputs["k"], inputs["v"], 0.125, extra=extra)
     out = np.asarray(out, np.float64)
     assert not np.isnan(out).any()
     # p enters the second product in the inputs' dtype, as flash kernels round it.
@@ -158,7 +188,9 @@ def test_what_is_not_streamed_says_why():
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("algo,sizes", CASES, ids=lambda c: getattr(c, "name", None))
 def test_streamed_kernels_assemble_without_spills(algo, sizes, target):
-    graph = algo.graph({n: DType.BF16 for n in "qkv"})
+    extra = {"doc_q": "int32", "doc_k": "int32", "bias": "fp32"} if algo.name == "documents" \
+        else {}
+    graph = algo.graph({**{n: DType.BF16 for n in "qkv"}, **extra})
     (kernel,) = compile_program(graph, None, sizes, True, target).kernels
     assemble(kernel.ptx, target)
     usage = resource_usage(kernel.ptx, target)[kernel.entry]
