@@ -135,11 +135,12 @@ class _Emitter(KernelEmitter):
         self._batch = None
         self.batch_index()          # computed here, where every branch below sees it
         batch = b.zext(self.batch_linear, L.I64)
+        kv_batch = self._kv_batch()
         size64 = {a: b.zext(self.size(a), L.I64) for a in (sk.rows_axis, sk.keys_axis)}
         self.offsets = {   # where this batch index's matrix of each tensor starts (elements)
             sk.q: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.depth))),
-            sk.k: b.mul(batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.depth))),
-            sk.v: b.mul(batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.cols))),
+            sk.k: b.mul(kv_batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.depth))),
+            sk.v: b.mul(kv_batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.cols))),
             sk.out: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.cols))),
         }
         ops = list(sk.tile.ops)
@@ -262,6 +263,19 @@ class _Emitter(KernelEmitter):
             vals = self.values[value]
             out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
         return out
+
+    def _kv_batch(self):
+        """k's and v's batch index (i64): the block's, over the batch axes they have (all
+        of q's, or fewer when the query heads of a group share them)."""
+        b, sk = self.b, self.sk
+        axes = [a for a in self.buffers[sk.k].axes if a in sk.batch]
+        if list(axes) == list(sk.batch):
+            return b.zext(self.batch_linear, L.I64)
+        linear = ir.Constant(L.I64, 0)
+        for axis in axes:
+            linear = b.add(b.mul(linear, b.zext(self.size(axis), L.I64)),
+                           b.zext(self.batch_index()[axis], L.I64))
+        return linear
 
     @staticmethod
     def _carried_op(body, loop_id: int, index: int):

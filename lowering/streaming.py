@@ -14,7 +14,8 @@ axes and nodes; the tile program (`tile_stream.py`) builds the loop from them.
 
 What is taken, for now: q, k and v are inputs of one dtype (bf16 or fp16), stored
 [batch..., S, D], [batch..., T, D] and [batch..., T, E] (D and E innermost, rows of
-whole 16 bytes), the output [batch..., S, E]; f is elementwise on the scores, scalars,
+whole 16 bytes; k and v may lack batch axes of q, which grouped-query attention is), the
+output [batch..., S, E]; f is elementwise on the scores, scalars,
 constants and positions (`index`), so causal, sliding-window and soft-capped scores
 stream, and so do scores that read other tensors over the batch axes, S and T (a
 per-token segment id for document masks, a key-padding bias, an [S, T] bias). Anything
@@ -150,16 +151,17 @@ def _operands(scores: Node, keys: str) -> tuple[Node, Node]:
 
 def _check_axes(st: Stream) -> Stream:
     q, k, v, d, t = st.q, st.k, st.v, st.depth, st.keys
-    rows = [a for a in q.axes if a not in k.axes]
-    if len(rows) != 1:
-        raise NotStreamable(f"q has {len(rows)} axes of its own, not one row axis")
-    s = rows[0]
-    batch = tuple(a for a in q.axes if a not in (s, d))
+    if len(q.axes) < 2 or q.axes[-1] != d:
+        raise NotStreamable(f"q is stored [{','.join(q.axes)}]; streaming takes {d} innermost")
+    s, batch = q.axes[-2], q.axes[:-2]
+    # k and v may lack batch axes of q (grouped-query attention: q over [G, R], k and v
+    # over [G], broadcast by name over the R query heads of each group).
+    kv_batch = tuple(a for a in batch if a in k.axes)
     cols = [a for a in v.axes if a not in (t,) + batch]
     if len(cols) != 1:
         raise NotStreamable(f"v has {len(cols)} value axes, not one")
     e = cols[0]
-    want = {"q": batch + (s, d), "k": batch + (t, d), "v": batch + (t, e),
+    want = {"q": batch + (s, d), "k": kv_batch + (t, d), "v": kv_batch + (t, e),
             "the output": batch + (s, e)}
     have = {"q": q.axes, "k": k.axes, "v": v.axes, "the output": st.out.axes}
     for name, axes in want.items():

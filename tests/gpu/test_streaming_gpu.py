@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lowering"))
 import plait  # noqa: E402
-from test_streaming import CASES, _extra, _reference  # noqa: E402
+from test_streaming import CASES, _extra, _reference, _shapes  # noqa: E402
 
 BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 128}),
           (CASES[2][0], {"B": 1, "H": 2, "S": 1000, "T": 1000, "D": 64, "E": 64}),
@@ -24,12 +24,8 @@ BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 12
                          ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
 def test_streamed_attention_on_the_gpu(algo, sizes, dtype):
     gen = torch.Generator(device="cuda").manual_seed(0)
-    b, h = sizes["B"], sizes["H"]
-
-    def r(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda").to(dtype)
-    q, k, v = r(b, h, sizes["S"], sizes["D"]), r(b, h, sizes["T"], sizes["D"]), \
-        r(b, h, sizes["T"], sizes["E"])
+    q, k, v = (torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+               for shape in _shapes(sizes).values())
     scale = sizes["D"] ** -0.5
     extra = _extra(algo, sizes)
     out = plait.run(algo, q, k, v, *(torch.from_numpy(a).cuda() for a in extra.values()),

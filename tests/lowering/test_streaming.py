@@ -51,8 +51,20 @@ def documents(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
     return sum(softmax(where(doc_q == doc_k, s, float("-inf")), over="T") * v, over="T")
 
 
+@algorithm
+def grouped(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
+            v: Tensor["B", "G", "T", "E"], scale: float = 0.125):
+    """Grouped-query attention: the R query heads of group G share its k and v."""
+    return sum(softmax(sum(q * k, over="D") * scale, over="T") * v, over="T")
+
+
 def _reference(name, q, k, v, scale, cap=5.0, extra=None):
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    if name == "grouped":               # as the rest, with the group's k, v per query head
+        b, g, r = q.shape[:3]
+        out = _reference("attention", q.reshape(b, g * r, *q.shape[3:]),
+                         np.repeat(k, r, axis=1), np.repeat(v, r, axis=1), scale)
+        return out.reshape(b, g, r, *out.shape[2:])
     s = np.einsum("bhsd,bhtd->bhst", q, k) * scale
     S, T = s.shape[-2:]
     rows, cols = np.arange(S)[:, None], np.arange(T)[None, :]
@@ -80,17 +92,24 @@ CASES = [
     (causal, {"B": 1, "H": 1, "S": 150, "T": 70, "D": 32, "E": 32}),   # rows past T see all
     (window, {"B": 1, "H": 1, "S": 200, "T": 190, "D": 16, "E": 8}),
     (documents, {"B": 2, "H": 2, "S": 90, "T": 130, "D": 32, "E": 24}),
+    (grouped, {"B": 1, "G": 2, "R": 3, "H": 1, "S": 70, "T": 100, "D": 64, "E": 32}),
 ]
+
+
+def _shapes(sizes):
+    """q, k, v shapes: [B, H, ...], or [B, G, R, ...] for q of grouped queries."""
+    b, h = sizes["B"], sizes["H"]
+    heads = (sizes["G"], sizes["R"]) if "G" in sizes else (h,)
+    kv = (sizes["G"],) if "G" in sizes else (h,)
+    shapes = {"q": (b, *heads, sizes["S"], sizes["D"]), "k": (b, *kv, sizes["T"], sizes["D"]),
+              "v": (b, *kv, sizes["T"], sizes["E"])}
+    return shapes
 
 
 def _inputs(sizes, dtype, seed=0):
     rng = np.random.default_rng(seed)
     np_dtype = ml_dtypes.bfloat16 if dtype == DType.BF16 else np.float16
-    b, h = sizes["B"], sizes["H"]
-    shapes = {"q": (b, h, sizes["S"], sizes["D"]), "k": (b, h, sizes["T"], sizes["D"]),
-              "v": (b, h, sizes["T"], sizes["E"])}
-    out = {n: rng.standard_normal(s).astype(np_dtype) for n, s in shapes.items()}
-    return out
+    return {n: rng.standard_normal(s).astype(np_dtype) for n, s in _shapes(sizes).items()}
 
 
 def _extra(algo, sizes, seed=0):
