@@ -1,11 +1,15 @@
-"""examples/attention.py: each variant traces, and the float64 reference evaluator gives
-what an independent numpy attention gives, on small odd shapes (S != T: cross attention,
-and a causal first query that sees exactly one key)."""
+"""examples/attention.py: each variant traces (golden text), the float64 reference
+evaluator gives what an independent numpy attention gives on small odd shapes (S != T:
+cross attention, and a causal first query that sees exactly one key), and the default
+schedule's kernels, run by the CPU executor, give the reference."""
 import numpy as np
 import pytest
 from attention import attention, causal_attention, sliding_window_attention, softcap_attention
+from examples_catalog import ATTENTION, load, random_inputs
+from golden import check_golden
 
-from plait.dsl import Tensor, algorithm, evaluate, index, softmax, sum, where
+from plait.dsl import DType, Tensor, algorithm, evaluate, index, softmax, sum, where
+from plait.lowering.pipeline import emulate
 
 B, H, S, T, D = 1, 2, 37, 53, 24
 
@@ -38,10 +42,11 @@ def _run(algo, inputs, **scalars):
     return evaluate(algo.graph({}), {**inputs, **scalars})["out"]
 
 
-@pytest.mark.parametrize("algo", [attention, causal_attention, sliding_window_attention,
-                                  softcap_attention])
-def test_traces_over_the_named_axes(algo):
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_traces_over_the_named_axes(request, name):
+    algo = load(name)
     graph = algo.graph({"q": "bf16", "k": "bf16", "v": "bf16"})
+    check_golden(request, f"algorithm/{name}.txt", graph.text())
     (out,) = graph.outputs.values()
     assert out.axes == ("B", "H", "S", "D")
     assert [p.name for p in algo.tensor_params] == ["q", "k", "v"]
@@ -122,3 +127,25 @@ def test_fully_masked_row_gives_zero_as_sdpa_does():
     with np.errstate(invalid="ignore"):
         out = _run(sliding_window_attention, x, window=0)
     np.testing.assert_array_equal(out, 0.0)
+
+
+# ---- the default schedule's kernels on the CPU executor (the conftest also assembles them)
+
+TOL = {DType.FP32: 2e-5, DType.BF16: 1e-2}
+
+
+@pytest.mark.parametrize("name,scalars", [(n, {}) for n in sorted(ATTENTION)] +
+                         [("sliding_window_attention", {"window": 7}),
+                          ("softcap_attention", {"cap": 0.5, "scale": 0.5})],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults"
+                         if isinstance(v, dict) else v)
+@pytest.mark.parametrize("dtype", [DType.BF16, DType.FP32])
+def test_default_schedule_matches_reference(name, scalars, dtype):
+    algo = load(name)
+    sizes = dict(ATTENTION[name][2])
+    inputs = random_inputs(algo, sizes, dtype, np.random.default_rng(len(name)))
+    graph = algo.graph({k: dtype for k in inputs})
+    out = np.asarray(emulate(graph, None, sizes, inputs, scalars)["out"], np.float64)
+    ref = evaluate(graph, {**inputs, **scalars})["out"]
+    assert not np.isnan(out).any(), "an output element was never written (NaN poison)"
+    assert np.abs(out - ref).max() / np.abs(ref).max() < TOL[dtype]
