@@ -149,3 +149,25 @@ def test_default_schedule_matches_reference(name, scalars, dtype):
     ref = evaluate(graph, {**inputs, **scalars})["out"]
     assert not np.isnan(out).any(), "an output element was never written (NaN poison)"
     assert np.abs(out - ref).max() / np.abs(ref).max() < TOL[dtype]
+
+
+# ---- grouped-query attention needs no new language: q declared over [G, R] (torch's
+# q.view(B, G, R, S, D) of [B, H, S, D] with H = G·R), k and v over G, broadcast over R by
+# name. (The lowering does not put it on tensor cores yet: q has two free axes, R and S.)
+
+@algorithm
+def grouped_query_attention(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
+                            v: Tensor["B", "G", "T", "D"], scale: float = 0.125):
+    s = sum(q * k, over="D") * scale
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+def test_grouped_query_attention_is_attention_with_kv_repeated():
+    G, R = 2, 3
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((B, G * R, S, D))
+    k, v = rng.standard_normal((B, G, T, D)), rng.standard_normal((B, G, T, D))
+    out = evaluate(grouped_query_attention.graph({}),
+                   {"q": q.reshape(B, G, R, S, D), "k": k, "v": v})["out"]
+    ref = _numpy_attention(q, np.repeat(k, R, axis=1), np.repeat(v, R, axis=1), 0.125)
+    np.testing.assert_allclose(out.reshape(B, G * R, S, D), ref, rtol=1e-12, atol=1e-12)
