@@ -13,9 +13,21 @@ EXAMPLES = {
     "geglu": ("geglu", ("g", "u"), {"M": 17, "N": 5003}),
 }
 
+# examples/attention.py, in the same form: cross attention (S != T) at odd extents, D a
+# multiple of 8 as tensor cores take it. Not in EXAMPLES yet: the tests iterating EXAMPLES
+# need shipped sm_80 and sm_90 schedules for each example and its .bwd, and run the
+# gradient's shipped schedules and ptxas's large case at [M, N] sizes. The default schedule
+# runs these on the CPU executor (tests/dsl/test_attention_reference.py).
+ATTENTION_SHAPES = {"B": 1, "H": 2, "S": 37, "T": 53, "D": 24}
+ATTENTION = {
+    name: ("attention", ("q", "k", "v"), ATTENTION_SHAPES)
+    for name in ("attention", "causal_attention", "sliding_window_attention",
+                 "softcap_attention")
+}
+
 
 def load(name):
-    module, _, _ = EXAMPLES[name]
+    module, _, _ = EXAMPLES[name] if name in EXAMPLES else ATTENTION[name]
     return getattr(importlib.import_module(module), name)
 
 

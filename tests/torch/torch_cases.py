@@ -53,6 +53,11 @@ CASES = {
                        # SchemaCheckMode compares inputs before and after with a multiply
                        # that torch's CPU fp8 lacks ("mul_cpu_reduced_float")
                        opcheck_skips=("test_schema",)),
+    # examples/attention.py's `attention` (the masked variants beside it are checked in
+    # tests/dsl/test_attention_reference.py and tests/gpu/test_attention_gpu.py)
+    "attention": Case({"q": (1, 2, 5, 8), "k": (1, 2, 7, 8), "v": (1, 2, 7, 8)},
+                      lambda q, k, v, scale=0.125: F.scaled_dot_product_attention(
+                          q, k, v, scale=scale), scalars={"scale": 0.3}),
 }
 
 

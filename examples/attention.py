@@ -1,0 +1,46 @@
+"""Attention written as plain math: queries along S, keys and values along T, heads H,
+batch B, head dimension D. Every variant is the same softmax-weighted contraction; a
+mask or a score modifier is elementwise math on the scores (`index` gives positions,
+and -inf behaves as in IEEE arithmetic, so a masked key gets weight exactly 0)."""
+from plait.dsl import Tensor, algorithm, index, logical_and, softmax, sum, tanh, where
+
+NEG_INF = float("-inf")
+
+
+@algorithm
+def attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+              v: Tensor["B", "H", "T", "D"], scale: float = 0.125):
+    """softmax(q·kᵀ·scale)·v over the keys T."""
+    s = sum(q * k, over="D") * scale
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def causal_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                     v: Tensor["B", "H", "T", "D"], scale: float = 0.125):
+    """Query s sees keys t <= s (positions counted from 0 in both, as torch's
+    is_causal=True for S == T)."""
+    s = sum(q * k, over="D") * scale
+    s = where(index("T") <= index("S"), s, NEG_INF)
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def sliding_window_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                             v: Tensor["B", "H", "T", "D"], scale: float = 0.125,
+                             window: int = 256):
+    """Causal, and query s sees only the `window` most recent keys: s - window < t <= s
+    (Mistral's sliding window; the key at s itself included)."""
+    s = sum(q * k, over="D") * scale
+    near = logical_and(index("T") <= index("S"), index("S") - index("T") < window)
+    s = where(near, s, NEG_INF)
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def softcap_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                      v: Tensor["B", "H", "T", "D"], scale: float = 0.125, cap: float = 30.0):
+    """Gemma 2's soft-capped scores, cap·tanh(s/cap) on the scaled scores, unmasked."""
+    s = sum(q * k, over="D") * scale
+    s = cap * tanh(s / cap)
+    return sum(softmax(s, over="T") * v, over="T")
