@@ -3,11 +3,12 @@
 cuda-bindings converts and boxes every argument of every call (microseconds per
 launch); a handle's call makes exactly two driver calls (is our context current?
 launch), so those two go through ctypes with fixed argument types instead. Everything
-else, and every error message, stays with cuda-bindings (runtime/driver.py). Where
-libcuda cannot be opened this way, `load()` gives None and the driver keeps its path.
+else, and every error message, stays with cuda-bindings (runtime/driver.py): a failed
+call's CUresult is named by cuda-bindings as any other.
 
-Opt-in (PLAIT_CTYPES_LAUNCH=1) until it has been timed and run on a GPU: written on
-2026-12-03 when that session's device time was spent.
+The default wherever libcuda opens through ctypes (the GPU tests of tests/runtime pass
+with it on an H200); PLAIT_CTYPES_LAUNCH=0 turns it off. Where it is off or libcuda does
+not open this way, `load()` gives None and the driver launches through cuda-bindings.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class FastDriver:
 
 
 def load() -> FastDriver | None:
-    if os.environ.get("PLAIT_CTYPES_LAUNCH") != "1":
+    """The ctypes path, or None: turned off (PLAIT_CTYPES_LAUNCH=0) or no libcuda to open."""
+    if os.environ.get("PLAIT_CTYPES_LAUNCH") == "0":
         return None
     for name in ("libcuda.so.1", ctypes.util.find_library("cuda")):
         if not name:

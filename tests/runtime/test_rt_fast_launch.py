@@ -1,6 +1,10 @@
 """The ctypes launch path (runtime/fast_launch.py) forwards every argument in the C
-prototype's order, and the driver takes its CUresult as cuda-bindings would."""
+prototype's order, and the driver takes its CUresult as cuda-bindings would; it is on
+wherever libcuda opens through ctypes, unless PLAIT_CTYPES_LAUNCH=0."""
 import ctypes
+import ctypes.util
+
+import pytest
 
 from plait.runtime import fast_launch
 
@@ -39,6 +43,38 @@ def test_current_context_reads_the_out_parameter():
     assert fast.current_context() == (0, 0xC0FFEE)
 
 
-def test_off_unless_asked(monkeypatch):
+@pytest.fixture
+def libcuda(monkeypatch):
+    """ctypes.CDLL opening a stand-in for libcuda.so.1 (and only that name)."""
+    opened = []
+
+    def cdll(name):
+        opened.append(name)
+        if name != "libcuda.so.1":
+            raise OSError(f"{name}: cannot open shared object file")
+        return _Lib()
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    return opened
+
+
+def test_on_by_default_where_libcuda_opens(monkeypatch, libcuda):
     monkeypatch.delenv("PLAIT_CTYPES_LAUNCH", raising=False)
+    assert isinstance(fast_launch.load(), fast_launch.FastDriver)
+    monkeypatch.setenv("PLAIT_CTYPES_LAUNCH", "1")
+    assert isinstance(fast_launch.load(), fast_launch.FastDriver)
+    assert libcuda == ["libcuda.so.1"] * 2
+
+
+def test_opt_out_keeps_cuda_bindings(monkeypatch, libcuda):
+    monkeypatch.setenv("PLAIT_CTYPES_LAUNCH", "0")
+    assert fast_launch.load() is None
+    assert libcuda == [], "libcuda was opened although the ctypes path is off"
+
+
+def test_no_libcuda_or_no_symbol_falls_back(monkeypatch, libcuda):
+    monkeypatch.delenv("PLAIT_CTYPES_LAUNCH", raising=False)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
+    assert fast_launch.load() is None
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())     # no cuLaunchKernel in it
     assert fast_launch.load() is None
