@@ -2,15 +2,18 @@
 
     python bench/host_breakdown.py [--calls 20000]
 
-Times, per call: the signature comparison, torch.empty for the output, the current-stream
-lookup, driver.enter, writing the packed pointers, the launch itself (cuda-bindings and,
-when libcuda opens through ctypes, the ctypes path), and the whole handle call. Tiny
-inputs, so every figure is host time. Medians of 5 repeats, in microseconds.
+Times, per call, side by side: the argument check, torch.empty for the output, the
+current-stream lookup, the handle's lock, writing the buffer addresses, the launcher
+(context check and cuLaunchKernel; through cuda-bindings and, when libcuda opens through
+ctypes, through ctypes), driver.enter (what the cuda-bindings launcher does per call),
+and the whole handle call both ways. Tiny inputs, so every figure is host time. Medians
+of 5 repeats (min-max), in microseconds.
 
-The lone launches reuse the handle's packed parameters, so they need buffer addresses in
-them: the handle is called once first (a launch that works), and the buffers the timed
+The lone launches reuse a handle's packed parameters, so they need buffer addresses in
+them: each handle is called once first (a launch that works), and the buffers the timed
 launches write are allocated here and kept alive; their addresses are written into the
-packed parameters before each row, since a handle call leaves its own (freed) output's.
+handle's buffer array before each row, since a handle call leaves its own (freed)
+output's there.
 """
 import argparse
 import ctypes
@@ -21,7 +24,7 @@ import torch
 
 import plait
 from plait.dsl import Tensor, algorithm
-from plait.runtime import compiled, driver, fast_launch
+from plait.runtime import arrays, driver, fast_launch
 
 
 @algorithm
@@ -43,19 +46,30 @@ def us(fn, calls):
     return statistics.median(out), min(out), max(out)
 
 
-def kept_pointers(k, values) -> tuple[list[int], list]:
+def kept_pointers(k, values) -> tuple[list[int], dict]:
     """Every buffer slot of the handle's program filled: inputs from `values`, outputs and
-    temporaries from tensors made here (returned, to be kept alive while launches run)."""
+    temporaries from tensors made here (returned by name, to be kept alive while launches
+    run)."""
     pointers = [0] * len(k._pointers)
     for i, slot in k._reads:
         pointers[slot] = values[i].data_ptr()
-    kept = []
-    for slot, _name, shape, dtype, make in k._torch_allocs:
-        t = make(shape, dtype=dtype, device=k._torch_device)
+    kept = {}
+    for slot, name, shape, dtype, zero in k._allocs:
+        t = (torch.zeros if zero else torch.empty)(
+            shape, dtype=getattr(torch, arrays._TORCH_BACK[dtype]), device=k._torch_device)
         pointers[slot] = t.data_ptr()
-        kept.append(t)
+        kept[name] = t
     assert all(pointers), "a buffer slot without an address"
     return pointers, kept
+
+
+def handle(fast, x, b):
+    """A handle built with the ctypes path on (`fast`) or off (None), called once."""
+    driver._state["fast"] = fast
+    k = plait.compile(axpb, like=(x, b))
+    torch.testing.assert_close(k(x, b), x * 2.0 + b)
+    torch.cuda.synchronize()
+    return k
 
 
 def main() -> None:
@@ -64,56 +78,75 @@ def main() -> None:
     calls = ap.parse_args().calls
     x = torch.randn(256, 256, device="cuda")
     b = torch.randn(256, device="cuda")
-    k = plait.compile(axpb, like=(x, b))
-    torch.testing.assert_close(k(x, b), x * 2.0 + b)    # the first call: one launch that works
-    torch.cuda.synchronize()
-    pointers, kept = kept_pointers(k, (x, b))
-    func, grid, block, shared, packed, name = k._launches[0]
-    stream = driver.stream_handle(compiled._torch_stream(0))
+    driver.require_gpu()
     state = driver._state
     saved = state.get("fast")
     try:
-        fast = fast_launch.FastDriver(ctypes.CDLL("libcuda.so.1"))
+        fast = saved or fast_launch.FastDriver(ctypes.CDLL("libcuda.so.1"))
     except OSError:
         fast = None
         print("libcuda does not open through ctypes: no ctypes rows")
+    handles = {"bindings": handle(None, x, b)}
+    if fast is not None:
+        handles["ctypes"] = handle(fast, x, b)
+    state["fast"] = saved
+    k = handles["bindings"]
+    pointers, kept = kept_pointers(k, (x, b))
+    stream = k._raw_stream(0)
+    wanted = k._built_for
 
-    def with_fast(value, fn):
+    def check():          # what Compiled._call_torch reads of each tensor
+        for t, (dtype, shape, device, contiguous) in zip((x, b), wanted):
+            if not (t.dtype is dtype and t.shape == shape and t.get_device() == device
+                    and t.is_contiguous() is contiguous):
+                raise AssertionError("the check refused the tensors it was built for")
+
+    def lock():
+        with k._lock:
+            pass
+
+    def writes():
+        buffers = k._pointers
+        for i, slot in k._reads:
+            buffers[slot] = (x, b)[i].data_ptr()
+
+    def enter(value):
         def run():
             state["fast"] = value
-            return fn()
+            try:
+                if driver.enter(0):
+                    driver.leave()
+            finally:
+                state["fast"] = saved
         return run
 
-    def launch():
-        driver.launch_prepared(func, grid, block, shared, stream, packed.address, name)
-
     rows = [
-        ("signature of 2 tensors", lambda: list(map(compiled.torch_signature, (x, b)))),
-        ("torch.empty 256x256", lambda: torch.empty((256, 256), dtype=torch.float32,
-                                                    device="cuda")),
-        ("current raw stream", lambda: compiled._torch_stream(0)),
-        ("packed.set_pointers", lambda: packed.set_pointers(pointers)),
+        ("check of 2 tensors", check, None),
+        ("torch.empty(256, 256)", lambda: torch.empty(256, 256, dtype=torch.float32,
+                                                      device=k._torch_device), None),
+        ("current raw stream", lambda: k._raw_stream(0), None),
+        ("the handle's lock", lock, None),
+        ("writing 2 addresses", writes, None),
+        ("driver.enter (bindings)", enter(None), None),
     ]
-    for label, value in (("bindings", None), ("ctypes", fast)):
-        if label == "ctypes" and fast is None:
-            continue
-        rows += [
-            (f"driver.enter ({label})", with_fast(value, lambda: driver.enter(0))),
-            (f"launch ({label})", with_fast(value, launch)),
-            (f"handle call ({label})", with_fast(value, lambda: k(x, b))),
-        ]
-    rows.append(("torch.add(x, b, alpha=2)", lambda: torch.add(x, b, alpha=2.0)))
+    if fast is not None:
+        rows.append(("driver.enter (ctypes)", enter(fast), None))
+    for label, h in handles.items():
+        rows += [(f"launcher ({label})", lambda h=h: h._run(stream), h),
+                 (f"handle call ({label})", lambda h=h: h(x, b), h)]
+    rows.append(("torch.add(x, b, alpha=2)", lambda: torch.add(x, b, alpha=2.0), None))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {calls} calls x 5")
-    try:
-        for label, fn in rows:
-            packed.set_pointers(pointers)     # a handle call left its own output's address
-            med, lo, hi = us(fn, calls)
-            print(f"{label:<28} {med:7.2f} us  ({lo:.2f}-{hi:.2f})")
-    finally:
-        state["fast"] = saved
+    for label, fn, h in rows:
+        if h is not None:         # a handle call left its own (freed) output's address
+            for slot, ptr in enumerate(pointers):
+                h._pointers[slot] = ptr
+        med, lo, hi = us(fn, calls)
+        print(f"{label:<28} {med:7.2f} us  ({lo:.2f}-{hi:.2f})")
     torch.cuda.synchronize()
-    torch.testing.assert_close(kept[0], x * 2.0 + b)     # the lone launches computed it too
-    torch.testing.assert_close(k(x, b), x * 2.0 + b)
+    want = x * 2.0 + b
+    torch.testing.assert_close(kept["out"], want)        # the lone launches computed it too
+    for h in handles.values():
+        torch.testing.assert_close(h(x, b), want)
 
 
 if __name__ == "__main__":
