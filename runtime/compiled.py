@@ -246,7 +246,9 @@ class Compiled:
     def call(self, values, scalars: dict | None = None):
         """Run on tensors given in the order of the algorithm's tensor parameters."""
         if self._torch_fast:              # the hot path: torch tensors on the GPU
-            return self._call_torch(values, scalars)
+            if not self._torch_matches(values):
+                self._check(values)       # raises, naming the argument
+            return self._launch_torch(values, scalars)
         self._check(values)
         if not self.gpu:
             return self._run_cpu(values, scalars)
@@ -256,6 +258,8 @@ class Compiled:
     def _set_scalars(self, scalars) -> None:
         """A call's scalars hold for that call only: the next one without them gets the
         handle's own values back. Parameters are rewritten only when a value changes."""
+        if scalars == self._packed_scalars:     # a caller giving the same values each call
+            return
         if scalars and scalars.keys() != self.scalars.keys():
             scalars = {**self.scalars, **scalars}
         wanted = scalars or self.scalars
@@ -270,21 +274,49 @@ class Compiled:
             packed.refresh_maps()
         self._run(stream)
 
-    def _call_torch(self, values, scalars):
-        """The hot path, torch tensors on the GPU: each check of `_check`, made on attributes
-        read straight off the tensors, then the launch. Everything else was worked out
-        when the handle was built."""
+    def matches(self, values) -> bool:
+        """Whether `call(values)` runs this handle as built, where it would not raise:
+        the same checks, and the alignment it was compiled for (aligned arrays are not
+        for a handle compiled for unaligned ones: plait.run gives them faster kernels)."""
+        if self._torch_fast:
+            if not self._torch_matches(values):
+                return False
+            aligned = True
+            for t in values:
+                if t.data_ptr() & 15:
+                    aligned = False
+                    break
+            return aligned == self.aligned
+        try:
+            self._check(values)
+        except PlaitError:
+            return False
+        return True
+
+    def try_call(self, values, scalars: dict | None = None):
+        """`call`'s result, or None (never an error) where `matches` says no."""
+        if not self.matches(values):
+            return None
+        return self._launch_torch(values, scalars) if self._torch_fast else \
+            self.call(values, scalars)
+
+    def _torch_matches(self, values) -> bool:
+        """Each check of `_check`, made on attributes read straight off the tensors."""
         wanted = self._built_for          # torch_signature of each tensor built for
         if len(values) != len(wanted):
-            self._check(values)           # raises, naming the argument
+            return False
         for t, (dtype, shape, device, contiguous) in zip(values, wanted):
             try:
-                same = t.dtype is dtype and t.shape == shape and t.get_device() == device \
-                    and t.is_contiguous() is contiguous
+                if not (t.dtype is dtype and t.shape == shape and t.get_device() == device
+                        and t.is_contiguous() is contiguous):
+                    return False
             except AttributeError:        # not a tensor
-                same = False
-            if not same:
-                self._check(values)
+                return False
+        return True
+
+    def _launch_torch(self, values, scalars):
+        """The hot path's launch, on checked torch tensors: everything but the buffer
+        addresses and the stream was worked out when the handle was built."""
         with self._lock:                  # the packed parameters are shared state
             pointers = self._pointers
             for i, slot in self._reads:

@@ -96,7 +96,7 @@ TORCH_STREAM = 0x5717          # what the fake torch says its current stream is
 
 
 def torch_handle(algo, like, **scalars):
-    """A handle on the torch hot path (Compiled._call_torch) without a GPU: built for CPU
+    """A handle on the torch hot path (Compiled._launch_torch) without a GPU: built for CPU
     tensors under the fake GPU, then given torch's tables with CPU allocations."""
     import torch
     k = plait.compile(algo, like=like, device="gpu", **scalars)
