@@ -6,8 +6,8 @@
 
 Building does everything `plait.run` does before launching (bind, describe, trace,
 bind sizes, resolve and check the schedule, compile, load the kernels, pack their
-parameters, work out the grids). A call then compares one tuple per argument
-(dtype, shape, device, contiguity) with what the handle was built for, allocates the
+parameters, work out the grids, build the launcher). A call then checks each argument
+(dtype, shape, device, contiguity) against what the handle was built for, allocates the
 outputs, writes the buffer addresses into the packed parameters and launches on the
 current stream of the arguments' family. A mismatch is a PlaitError naming the
 argument. With torch tensors on a GPU, outputs and temporaries are torch allocations
@@ -26,16 +26,12 @@ from plait.dsl.reference import bind_sizes
 
 from . import arrays, binding, driver   # driver imports cuda-bindings only when used
 
-_RAW_STREAM: list = []       # torch's current-raw-stream function, looked up once
-
-
-def _torch_stream(index: int) -> int:
-    """The raw handle of torch's current stream on a device (what torch's kernels use)."""
-    if not _RAW_STREAM:
-        import torch
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
-    return _RAW_STREAM[0](index)
+def torch_raw_stream():
+    """torch's function of a device index giving the raw handle of its current stream
+    (what torch's kernels use)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
 def torch_signature(t) -> tuple:
@@ -140,28 +136,43 @@ class Compiled:
         self._reads = [(i, slot) for i, slot in enumerate(self._input_slots) if slot is not None]
         self._allocs = [(i, b.name, b.shape(full), b.dtype, b.zero)
                         for i, b in enumerate(buffers) if b.role != "input"]
-        self._pointers = [0] * len(buffers)
+        # one address per buffer, which every kernel's parameters point into
+        self._pointers = packing.buffer_array(len(buffers))
         dev = self.device_index
         sms = driver.multiprocessors(dev)
-        self._launches = []
+        self._packed, self._launches = [], []
         for kernel in self.program.kernels:
             func = driver.get_function(kernel.ptx, kernel.entry, kernel.name, dev)
             driver.set_dynamic_shared(func, kernel.dynamic_shared, kernel.name, dev)
             grid, block = driver.check_launch(
                 kernel.blocks(full, sms if kernel.persistent else None), kernel.threads,
                 kernel.name)
-            packed = packing.PackedArgs(kernel, full, self.scalars, slots)
-            self._launches.append((func, grid, block, int(kernel.dynamic_shared), packed,
-                                   kernel.name))
+            packed = packing.PackedArgs(kernel, full, self.scalars, slots, self._pointers)
+            self._packed.append(packed)
+            self._launches.append((func, grid, block, int(kernel.dynamic_shared),
+                                   packed.address, kernel.name))
+        self._maps = [p for p in self._packed if p.maps]    # re-encoded when they move
         self._sync_each = bool(os.environ.get("PLAIT_SYNC"))   # debugging: find the fault
-        self._torch_fast = self._all_torch and self.on_device
-        if self._torch_fast:
+        self._run = driver.launcher(dev, self._launches, self._sync_each)
+        if self._all_torch and self.on_device:
             import torch
-            self._torch_device = torch.device("cuda", dev)
-            self._torch_allocs = [
-                (i, name, shape, getattr(torch, arrays._TORCH_BACK[dtype]),
-                 torch.zeros if zero else torch.empty)
-                for i, name, shape, dtype, zero in self._allocs]
+            self._prepare_torch(torch.device("cuda", dev), torch_raw_stream())
+
+    def _prepare_torch(self, device, raw_stream) -> None:
+        """The hot path's tables: for each output or temporary how torch allocates it, on
+        `device` (a GPU but for tests); launches go on `raw_stream(device index)`."""
+        import torch
+        self._torch_fast = True
+        self._torch_device = device
+        self._raw_stream = raw_stream
+        # shapes as separate ints: torch parses `empty(3, 5)` faster than `empty((3, 5))`
+        self._torch_allocs = [
+            (slot, tuple(map(int, shape)) if shape else ((),), getattr(torch, arrays._TORCH_BACK[dtype]),
+             torch.zeros if zero else torch.empty)
+            for slot, _name, shape, dtype, zero in self._allocs]
+        made = [name for _slot, name, *_ in self._allocs]
+        self._torch_single = made.index(self._single) if self._single else None
+        self._torch_outputs = [(n, made.index(n)) for n in self.outputs]
 
     # ------------------------------------------------------------ checking a call
 
@@ -227,22 +238,17 @@ class Compiled:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *args, **kwargs):
-        values, scalars = self.bind(args, kwargs)
-        return self.call(values, scalars)
+        if kwargs or not self._tensors_first or len(args) != len(self.names):
+            values, scalars = self.bind(args, kwargs)
+            return self.call(values, scalars)
+        return self.call(args)            # the tensors alone, in order: nothing to bind
 
-    def call(self, values: list, scalars: dict | None = None):
+    def call(self, values, scalars: dict | None = None):
         """Run on tensors given in the order of the algorithm's tensor parameters."""
         if self._torch_fast:              # the hot path: torch tensors on the GPU
-            try:
-                same = list(map(torch_signature, values)) == self._built_for
-            except AttributeError:        # not a tensor
-                same = False
-            if not same:
+            if not self._torch_matches(values):
                 self._check(values)       # raises, naming the argument
-            with self._lock:              # the packed parameters are shared state
-                made = self._launch_torch(values, scalars)
-            return made[self._single] if self._single else \
-                binding.package_outputs(self.outputs, made)
+            return self._launch_torch(values, scalars)
         self._check(values)
         if not self.gpu:
             return self._run_cpu(values, scalars)
@@ -252,44 +258,88 @@ class Compiled:
     def _set_scalars(self, scalars) -> None:
         """A call's scalars hold for that call only: the next one without them gets the
         handle's own values back. Parameters are rewritten only when a value changes."""
+        if scalars == self._packed_scalars:     # a caller giving the same values each call
+            return
         if scalars and scalars.keys() != self.scalars.keys():
             scalars = {**self.scalars, **scalars}
         wanted = scalars or self.scalars
         if wanted == self._packed_scalars:
             return
-        for launch in self._launches:
-            launch[4].set_scalars(wanted)
+        for packed in self._packed:
+            packed.set_scalars(wanted)
         self._packed_scalars = wanted
 
-    def _launch(self, stream) -> None:
-        pushed = driver.enter(self.device_index)
-        try:
-            pointers, launch = self._pointers, driver.launch_prepared
-            for func, grid, block, shared, packed, name in self._launches:
-                packed.set_pointers(pointers)
-                launch(func, grid, block, shared, stream, packed.address, name)
-                if self._sync_each:          # PLAIT_SYNC: a fault names its kernel
-                    driver.synchronize(int(stream), name)
-        finally:
-            if pushed:
-                driver.leave()
+    def _launch(self, stream: int) -> None:
+        for packed in self._maps:
+            packed.refresh_maps()
+        self._run(stream)
 
-    def _launch_torch(self, values, scalars) -> dict:
-        pointers = self._pointers
-        for i, slot in self._reads:
-            ptr = values[i].data_ptr()
-            if ptr & 15 and self.aligned:
-                self._refuse_misaligned(self.names[i], ptr)
-            pointers[slot] = ptr
-        made = {}
-        device = self._torch_device
-        for slot, name, shape, dtype, make in self._torch_allocs:
-            t = make(shape, dtype=dtype, device=device)
-            pointers[slot] = t.data_ptr()
-            made[name] = t
-        self._set_scalars(scalars)
-        self._launch(driver.stream_handle(_torch_stream(self.device_index)))
-        return made     # temporaries go back to torch's stream-ordered allocator here
+    def matches(self, values) -> bool:
+        """Whether `call(values)` runs this handle as built, where it would not raise:
+        the same checks, and the alignment it was compiled for (aligned arrays are not
+        for a handle compiled for unaligned ones: plait.run gives them faster kernels)."""
+        if self._torch_fast:
+            if not self._torch_matches(values):
+                return False
+            aligned = True
+            for t in values:
+                if t.data_ptr() & 15:
+                    aligned = False
+                    break
+            return aligned == self.aligned
+        try:
+            self._check(values)
+        except PlaitError:
+            return False
+        return True
+
+    def try_call(self, values, scalars: dict | None = None):
+        """`call`'s result, or None (never an error) where `matches` says no."""
+        if not self.matches(values):
+            return None
+        return self._launch_torch(values, scalars) if self._torch_fast else \
+            self.call(values, scalars)
+
+    def _torch_matches(self, values) -> bool:
+        """Each check of `_check`, made on attributes read straight off the tensors."""
+        wanted = self._built_for          # torch_signature of each tensor built for
+        if len(values) != len(wanted):
+            return False
+        for t, (dtype, shape, device, contiguous) in zip(values, wanted):
+            try:
+                if not (t.dtype is dtype and t.shape == shape and t.get_device() == device
+                        and t.is_contiguous() is contiguous):
+                    return False
+            except AttributeError:        # not a tensor
+                return False
+        return True
+
+    def _launch_torch(self, values, scalars):
+        """The hot path's launch, on checked torch tensors: everything but the buffer
+        addresses and the stream was worked out when the handle was built."""
+        with self._lock:                  # the packed parameters are shared state
+            pointers = self._pointers
+            for i, slot in self._reads:
+                ptr = values[i].data_ptr()
+                if ptr & 15 and self.aligned:
+                    self._refuse_misaligned(self.names[i], ptr)
+                pointers[slot] = ptr
+            made = []
+            device = self._torch_device
+            for slot, shape, dtype, make in self._torch_allocs:
+                t = make(*shape, dtype=dtype, device=device)
+                pointers[slot] = t.data_ptr()
+                made.append(t)
+            if scalars or self._packed_scalars is not self.scalars:
+                self._set_scalars(scalars)
+            for packed in self._maps:
+                packed.refresh_maps()
+            self._run(self._raw_stream(self.device_index))
+        # temporaries go back to torch's stream-ordered allocator when `made` does
+        if self._torch_single is not None:
+            return made[self._torch_single]
+        return binding.package_outputs(self.outputs, {n: made[i] for n, i in
+                                                      self._torch_outputs})
 
     def _refuse_misaligned(self, name: str, ptr: int) -> None:
         raise PlaitError(f"{self.graph.name}: argument {name!r} is at {ptr:#x}, not 16-byte "
@@ -326,7 +376,7 @@ class Compiled:
                 if isinstance(obj, arrays.DeviceArray):
                     owned.append(obj)
             self._set_scalars(scalars)
-            self._launch(driver.stream_handle(stream))
+            self._launch(stream)
             if on_device:
                 out = {n: made[n] for n in self.outputs}
             else:

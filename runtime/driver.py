@@ -357,34 +357,52 @@ def stream_handle(stream: int):
     return hit
 
 
-_handles: dict[int, tuple] = {}  # id(cuda-bindings handle) -> (it, its address), for ctypes
-
-
-def _handle(obj) -> int:
-    """The address a cuda-bindings handle (CUfunction, CUstream) wraps, looked up once."""
-    key = id(obj)
-    hit = _handles.get(key)
-    if hit is None or hit[0] is not obj:
-        hit = _handles[key] = (obj, int(obj))
-    return hit[1]
-
-
-def launch_prepared(func, grid: tuple, block: tuple, shared: int, stream, params: int,
-                    kernel: str | None = None) -> None:
-    """cuLaunchKernel with everything prepared: dimensions from `check_launch`, the dynamic
-    shared memory already allowed, `stream` from `stream_handle`, `params` the address of a
-    void* array (runtime/packing.py). The caller has made the function's context current."""
-    drv = _state["drv"]
-    fast = _state.get("fast")
+def launcher(device: int, launches: list[tuple], sync: bool = False):
+    """A function of a raw stream handle (an int) that launches each of `launches` in order
+    on that stream, with device `device`'s primary context current (made so only when it
+    is not). Each launch is (CUfunction, grid, block, shared bytes, params address,
+    kernel name): dimensions from `check_launch`, dynamic shared memory already allowed,
+    params the address of a void* array (runtime/packing.py). Built once per handle, so
+    a hot call is this function and nothing else; `sync` waits after each launch
+    (PLAIT_SYNC). Not reentrant: call it under the caller's lock."""
+    st = _init()
+    address = _device(device)[2]
+    wait = synchronize if sync else None
+    fast = st.get("fast")
     if fast is not None:
-        code = fast.launch(_handle(func), grid, block, shared, _handle(stream), params)
-        err = drv.CUresult(code) if code else _state["success"]
-    else:
-        err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                 shared, stream, params, 0)[0]
-    if err != _state["success"]:
-        _check(drv, (err,), f"launching {grid[0]}x{grid[1]}x{grid[2]} blocks of "
-               f"{block[0] * block[1] * block[2]} threads (cuLaunchKernel)", kernel)
+        rows = [(int(func), *rest) for func, *rest in launches]
+        return fast.launcher(address, rows, lambda: enter(device), leave, _launch_failed,
+                             wait)
+    drv, success = st["drv"], st["success"]
+    launches = tuple(launches)
+
+    def run(stream: int) -> None:
+        pushed = enter(device)
+        try:
+            handle = stream_handle(stream)
+            for func, grid, block, shared, params, name in launches:
+                err = drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1],
+                                         block[2], shared, handle, params, 0)[0]
+                if err != success:
+                    _launch_failed(err, name, grid, block)
+                if wait is not None:
+                    wait(stream, name)
+        finally:
+            if pushed:
+                leave()
+    return run
+
+
+def _launch_failed(err, kernel: str, grid: tuple, block: tuple) -> None:
+    """Raise the CudaError for a failed cuLaunchKernel (`err` a CUresult or its int code)."""
+    drv = _state["drv"]
+    if not isinstance(err, drv.CUresult):
+        try:
+            err = drv.CUresult(err)
+        except ValueError:          # a code cuda-bindings has no name for: keep the number
+            pass
+    _check(drv, (err,), f"launching {grid[0]}x{grid[1]}x{grid[2]} blocks of "
+           f"{block[0] * block[1] * block[2]} threads (cuLaunchKernel)", kernel)
 
 
 # ---------------------------------------------------------------- memory and streams

@@ -2,10 +2,12 @@
 
 cuLaunchKernel takes an array of pointers, one per parameter, each pointing at the
 parameter's value. `PackedArgs` builds that array and a ctypes holder per value once;
-a launch passes its address. Per call only the buffer addresses are written into their
-holders, and a tensor map (a TMA descriptor, runtime/tensormap.py) is looked up again
-only when the address it describes changed. Sizes are fixed when the holders are made;
-scalars are rewritten only when a call gives a different value.
+a launch passes its address. A buffer parameter points into the program's buffer array
+(`buffer_array`, one address per buffer, shared by all its kernels), so a call writes
+each address once, whatever the number of kernels reading it; a tensor map (a TMA
+descriptor, runtime/tensormap.py) is encoded again only when the address it describes
+changed (`refresh_maps`). Sizes are fixed when the holders are made; scalars are
+rewritten only when a call gives a different value.
 
 Everything here is plain ctypes: it is built and checked without a GPU (the tests read
 the packed values back and compare them with `binding.kernel_arguments`).
@@ -20,30 +22,41 @@ from . import binding
 from .tensormap import TensorMapParam
 
 
+_SLOT = ctypes.sizeof(ctypes.c_void_p)
+
+
+def buffer_array(n: int):
+    """The addresses of a program's `n` buffers, indexed by slot (Program.buffers' order)."""
+    return (ctypes.c_void_p * max(n, 1))()
+
+
 def _tensor_map(ptr, dtype, shape, box, kernel):
     from .tensormap import tensor_map   # the driver encodes it: only on a GPU
     return tensor_map(ptr, dtype, shape, box, kernel)
 
 
 class PackedArgs:
-    """The parameter array of one kernel. `slots` maps buffer names to positions in the
-    caller's pointer list (the order of Program.buffers), so a call patches by index."""
+    """The parameter array of one kernel. `slots` maps buffer names to positions in
+    `buffers` (the program's buffer array, `buffer_array`; by default one of its own)."""
 
     def __init__(self, kernel, sizes: dict[str, int], scalars: dict[str, float],
-                 slots: dict[str, int]):
+                 slots: dict[str, int], buffers=None):
         self.kernel = kernel
         n = len(kernel.args)
+        self.buffers = buffer_array(max(slots.values(), default=0) + 1) \
+            if buffers is None else buffers
         self.params = (ctypes.c_void_p * max(n, 1))()
         self.address = ctypes.addressof(self.params)
         self.holders: list = []
-        self.pointers: list[tuple[int, ctypes.c_void_p]] = []     # (buffer slot, holder)
+        self.slots: list[int] = []   # the buffer slots this kernel reads, for set_pointers
         self.maps: list[list] = []   # [param index, buffer slot, dtype, shape, box, ptr, map]
         self.scalars: dict[str, tuple[int, object]] = {}          # name -> (index, value)
         for i, arg in enumerate(kernel.args):
             if arg.kind == "buffer":
                 slot = self._slot(slots, arg.name)
-                holder = ctypes.c_void_p(0)
-                self.pointers.append((slot, holder))
+                # a view of the buffer array's slot: what the parameter points at
+                holder = ctypes.c_void_p.from_buffer(self.buffers, slot * _SLOT)
+                self.slots.append(slot)
             elif arg.kind == "size":
                 holder = ctypes.c_int32(binding.size_parameter(kernel, arg.name, sizes))
             elif arg.kind == "scalar":
@@ -67,11 +80,19 @@ class PackedArgs:
         return slots[name]
 
     def set_pointers(self, pointers: list[int]) -> None:
-        """Write this call's buffer addresses; re-encode a tensor map only if its moved."""
-        for slot, holder in self.pointers:
-            holder.value = pointers[slot]
+        """Write the addresses of this kernel's buffers (by slot) into the buffer array and
+        refresh its tensor maps. (A handle writes the shared array itself, once per call.)"""
+        buffers = self.buffers
+        for slot in self.slots:
+            buffers[slot] = pointers[slot]
         for entry in self.maps:
-            ptr = pointers[entry[1]]
+            buffers[entry[1]] = pointers[entry[1]]
+        self.refresh_maps()
+
+    def refresh_maps(self) -> None:
+        """Re-encode each tensor map whose buffer address moved since it was encoded."""
+        for entry in self.maps:
+            ptr = self.buffers[entry[1]] or 0
             if ptr != entry[5]:
                 tmap = _tensor_map(ptr, entry[2], entry[3], entry[4], self.kernel.name)
                 entry[5], entry[6] = ptr, tmap        # keep it alive while it is pointed at

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import plait
 from plait.dsl.dtypes import DType
 from plait.runtime import api, arrays, driver
 from rt_handwritten import axpb_program
@@ -37,6 +38,7 @@ class FakeGpu:
     launches: list = field(default_factory=list)      # (kernel name, grid, block, values)
     allocated: list = field(default_factory=list)
     compiles: list = field(default_factory=list)
+    streams: list = field(default_factory=list)       # the stream of each launch
 
 
 def install(monkeypatch, program_of=axpb_program) -> FakeGpu:
@@ -60,10 +62,16 @@ def install(monkeypatch, program_of=axpb_program) -> FakeGpu:
         gpu.program = program_of(target)
         return gpu.program
 
-    def launch_prepared(func, grid, block, shared, stream, params, kernel):
-        k = next(k for k in gpu.program.kernels if k.name == kernel)
-        assert k.entry == func
-        gpu.launches.append((kernel, grid, block, decode(k, params)))
+    def launcher(device, launches, sync=False):
+        launches = list(launches)       # as built: a later call launches what was prepared
+
+        def run(stream):
+            for func, grid, block, shared, params, name in launches:
+                k = next(k for k in gpu.program.kernels if k.name == name)
+                assert k.entry == func
+                gpu.launches.append((name, grid, block, decode(k, params)))
+                gpu.streams.append(stream)
+        return run
 
     monkeypatch.setattr(driver, "gpu_available", lambda: True)
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
@@ -76,11 +84,21 @@ def install(monkeypatch, program_of=axpb_program) -> FakeGpu:
     monkeypatch.setattr(driver, "get_function", lambda ptx, entry, name, device=0: entry)
     monkeypatch.setattr(driver, "multiprocessors", lambda device=0: 132)
     monkeypatch.setattr(driver, "set_dynamic_shared", lambda *a, **k: None)
-    monkeypatch.setattr(driver, "enter", lambda device: False)
-    monkeypatch.setattr(driver, "stream_handle", lambda stream: stream)
-    monkeypatch.setattr(driver, "launch_prepared", launch_prepared)
+    monkeypatch.setattr(driver, "launcher", launcher)
     monkeypatch.setattr(driver, "launch", lambda *a, **k: (_ for _ in ()).throw(
         AssertionError("the per-call packing path (driver.launch) was used")))
     monkeypatch.setattr(driver, "synchronize", lambda stream=None: None)
     gpu.FakeDev = FakeDev
     return gpu
+
+
+TORCH_STREAM = 0x5717          # what the fake torch says its current stream is
+
+
+def torch_handle(algo, like, **scalars):
+    """A handle on the torch hot path (Compiled._launch_torch) without a GPU: built for CPU
+    tensors under the fake GPU, then given torch's tables with CPU allocations."""
+    import torch
+    k = plait.compile(algo, like=like, device="gpu", **scalars)
+    k._prepare_torch(torch.device("cpu"), lambda index: TORCH_STREAM)
+    return k

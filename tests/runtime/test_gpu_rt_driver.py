@@ -76,3 +76,35 @@ def test_cuda_error_from_the_driver_names_the_call():
     with pytest.raises(driver.CudaError) as info:
         driver.memcpy_dtoh(np.empty(4, np.float32).ctypes.data, 16, 16)   # address 16: invalid
     assert info.value.code is not None and "cuMemcpyDtoH" in str(info.value)
+
+
+TINY_PTX = r"""
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry tiny_k() .maxntid 32, 1, 1
+{
+    ret;
+}
+"""
+
+
+def test_ctypes_launch_is_the_default():
+    import os
+    fast = driver._state.get("fast")
+    if os.environ.get("PLAIT_CTYPES_LAUNCH") == "0":
+        assert fast is None
+    else:
+        assert fast is not None, "libcuda did not open through ctypes on a GPU machine"
+
+
+def test_a_refused_launch_is_a_cuda_error_naming_its_kernel():
+    func = driver.get_function(TINY_PTX, "tiny_k", "tiny")
+    run = driver.launcher(0, [(func, (1, 1, 1), (64, 1, 1), 0, 0, "tiny")])  # > .maxntid
+    with pytest.raises(driver.CudaError) as info:
+        run(0)
+    err = info.value
+    assert err.code and err.code.startswith("CUDA_ERROR_"), err.code
+    assert "(kernel tiny)" in str(err) and "cuLaunchKernel" in str(err)
+    driver.launcher(0, [(func, (1, 1, 1), (32, 1, 1), 0, 0, "tiny")])(0)   # 32 is fine
+    driver.synchronize()

@@ -208,3 +208,53 @@ def test_tensor_maps_are_encoded_only_when_their_address_moves(monkeypatch):
     packed.set_pointers([8192, 12288])
     assert [e[0] for e in encoded] == [4096, 8192]
     assert fake_gpu.decode(kernel, packed.address)[0] == (8192).to_bytes(8, "little") * 16
+
+
+# ---------------------------------------------------------------- the torch hot path, faked
+
+def _torch_inputs(rng, m=5, n=9):
+    torch = pytest.importorskip("torch")
+    return tuple(torch.from_numpy(a) for a in _inputs(rng, m, n))
+
+
+def test_torch_hot_path_writes_addresses_once_and_launches_on_torch_stream(monkeypatch, rng):
+    gpu = fake_gpu.install(monkeypatch)
+    x, b = _torch_inputs(rng)
+    k = fake_gpu.torch_handle(axpb, (x, b), a=0.5)
+    outs = []
+    for call in range(4):
+        out = k(x, b, a=4.0) if call == 2 else k(x, b)
+        outs.append(out)
+        assert out.shape == (5, 9) and out.dtype == x.dtype
+        a = 4.0 if call == 2 else 0.5
+        (copy, grid, _, copy_args), (name, _, _, args) = gpu.launches[-2:]
+        assert (copy, name, grid) == ("axpb.copy", "axpb", (5, 1, 1))
+        tmp = copy_args[0]
+        assert copy_args == [tmp, x.data_ptr(), 5, 9]      # one address per buffer, shared
+        assert args == [tmp, b.data_ptr(), out.data_ptr(), 5, 9, a]
+    assert gpu.streams == [fake_gpu.TORCH_STREAM] * 8
+    assert len({o.data_ptr() for o in outs}) == 4, "a call reused an earlier call's output"
+    assert gpu.allocated == [], "the hot path went through plait's own allocations"
+
+
+def test_torch_hot_path_refuses_what_the_handle_was_not_built_for(monkeypatch, rng):
+    torch = pytest.importorskip("torch")
+    gpu = fake_gpu.install(monkeypatch)
+    x, b = _torch_inputs(rng)
+    k = fake_gpu.torch_handle(axpb, (x, b))
+    cases = [((x, torch.ones(10)), r"argument 'b' is fp32 \[10\] torch on the host, but this "
+                                   r"compiled handle was built for fp32 \[9\]"),
+             ((x.bfloat16(), b), r"argument 'x' is bf16 \[5, 9\].*built for fp32"),
+             ((x.T.contiguous().T, b), r"'x' is not C-contiguous"),
+             ((x.numpy(), b), r"'x' is fp32 \[5, 9\] numpy.*built for fp32 \[5, 9\] torch"),
+             ((x, [1.0] * 9), r"'b' is a Python list"),
+             ((x,), r"this handle takes 2 arrays \(x, b\), got 1")]
+    for args, message in cases:
+        with pytest.raises(PlaitError, match=message):
+            k.call(args)
+    base = torch.zeros(9 + 1)
+    with pytest.raises(PlaitError, match=r"argument 'b' is at 0x[0-9a-f]+, not 16-byte aligned"):
+        k(x, base[1:])                      # 4 bytes past the allocation's alignment
+    assert gpu.launches == []
+    k(x, base[:-1])
+    assert len(gpu.launches) == 2
