@@ -33,6 +33,7 @@ for stage in ${STAGES:-shape tier memcheck}; do
       PLAIT_CTYPES_LAUNCH=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime tests/gpu/test_examples_gpu.py 2>&1 | tee "$OUT/ctypes_tests.log" | tail -4 ;;
     breakdown) timeout 90 python3 bench/host_breakdown.py 2>&1 | tee "$OUT/host_breakdown.log" | tail -14 ;;
     backend) timeout ${BACKEND_TIMEOUT:-150} python3 bench/torch_backend.py 2>&1 | tee "$OUT/torch_backend.log" | tail -8 ;;
+    attention) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention.py --out "$OUT/attention.md" 2>&1 | tee "$OUT/attention.log" | tail -20 ;;
     compile) timeout 90 python3 bench/compile_time.py 2>&1 | tee "$OUT/compile.log" | tail -6 ;;
   esac
 done
