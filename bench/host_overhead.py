@@ -6,7 +6,9 @@ plait.torch_op op, torch eager and a minimal Triton kernel, same process, same r
 Inputs are tiny, so each call is bound by the host: the figure is the wall time of
 `--calls` back-to-back calls (then one synchronize) divided by the calls, repeated
 `--repeats` times; the table shows the median and the spread (min-max) per contender.
-`--profile` adds cProfile's view of plait.run (where its microseconds go).
+`--profile` adds cProfile's view of plait.run (where its microseconds go). The
+torch_op rows: a plain call (no grad: it launches the op's handle without torch's
+dispatcher) and one whose input requires grad (through the op and its autograd).
 The floor (issue 13): the handle at <= 10 us per call on an H200.
 """
 import argparse
@@ -79,10 +81,13 @@ def contenders():
     op_axpb = plait.torch_op(axpb, name="plait::bench_axpb")
     torch.testing.assert_close(k_axpb(x, b), x * 2.0 + b)
     torch.testing.assert_close(k_mm(p, q).float(), (p @ q).float(), rtol=2e-2, atol=2e-1)
+    xg = x.clone().requires_grad_()           # the op's autograd path (no backward run)
+    torch.testing.assert_close(op_axpb(x, b), x * 2.0 + b)
     rows = [
         ("x*2+b fp32 256x256", "plait.run", lambda: plait.run(axpb, x, b)),
         ("x*2+b fp32 256x256", "plait.compile handle", lambda: k_axpb(x, b)),
         ("x*2+b fp32 256x256", "plait.torch_op", lambda: op_axpb(x, b)),
+        ("x*2+b fp32 256x256", "torch_op, x needs grad", lambda: op_axpb(xg, b)),
         ("x*2+b fp32 256x256", "torch eager", lambda: torch.add(x * 2.0, b)),
         ("x*2+b fp32 256x256", "torch eager (one op)", lambda: torch.add(x, b, alpha=2.0)),
     ]

@@ -6,7 +6,10 @@ torch.compile(backend="plait") against backend="inductor" and eager, in one proc
 A step is forward, a scalar loss and backward (parameter gradients). Each backend's first
 steps compile and are not timed; then `triton.testing.do_bench` (median, L2 flushed)
 times steps. The table gives ms per step and each figure's ratio to eager, and the plait
-line says how many regions ran through plait and how many fell back.
+line says how many regions ran through plait and how many fell back. Small sizes
+(e.g. --dim 128 --heads 2 --hidden 352 --batch 1 --seq 16) make a step host-bound:
+then the figures are the host's cost per step. `--profile` prints cProfile's view of
+20 plait steps.
 """
 import argparse
 import copy
@@ -29,6 +32,20 @@ def step_fn(model, x):
     return step
 
 
+def profile(step, steps: int = 20) -> None:
+    """Where the host's time goes in a plait step (the GPU runs behind it)."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    torch.cuda.synchronize()
+    print(f"cProfile of {steps} plait steps (host time; cumulative includes callees):")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dim", type=int, default=1024)
@@ -37,6 +54,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--rep", type=int, default=200, help="do_bench rep (ms)")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile 20 plait steps: the host's view of regions and torch")
     args = ap.parse_args()
     from triton.testing import do_bench
 
@@ -55,6 +74,8 @@ def main() -> None:
         torch.cuda.synchronize()
         ms = do_bench(step, rep=args.rep, return_mode="median")
         rows.append((name, ms, plait_backend.stats() if name == "plait" else None))
+        if args.profile and name == "plait":
+            profile(step)
     eager_ms = rows[0][1]
     print(f"LLaMA-style block bf16 train step: B{args.batch} T{args.seq} D{args.dim} "
           f"H{args.heads} hidden {args.hidden}; torch {torch.__version__}, "

@@ -11,7 +11,8 @@ parameters, work out the grids, build the launcher). A call then checks each arg
 outputs, writes the buffer addresses into the packed parameters and launches on the
 current stream of the arguments' family. A mismatch is a PlaitError naming the
 argument. With torch tensors on a GPU, outputs and temporaries are torch allocations
-and nothing synchronizes, so a call can be captured in a CUDA graph and replayed.
+and nothing synchronizes, so a call can be captured in a CUDA graph and replayed (that
+path is runtime/compiled_torch.py).
 
 A handle built for host arrays (numpy, or torch CPU tensors) on the GPU copies them
 over and back each call; one built with device='cpu' runs the CPU executor.
@@ -25,18 +26,7 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.reference import bind_sizes
 
 from . import arrays, binding, driver   # driver imports cuda-bindings only when used
-
-def torch_raw_stream():
-    """torch's function of a device index giving the raw handle of its current stream
-    (what torch's kernels use)."""
-    import torch
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
-
-
-def torch_signature(t) -> tuple:
-    """What a handle compares per torch tensor: cheap attribute reads, no objects made."""
-    return (t.dtype, t.shape, t.get_device(), t.is_contiguous())
+from .compiled_torch import TorchPath, torch_raw_stream, torch_signature
 
 
 def _describe(info: arrays.ArrayInfo) -> str:
@@ -64,7 +54,7 @@ def _scalar_defaults(algo) -> dict | None:
     return out
 
 
-class Compiled:
+class Compiled(TorchPath):
     """A callable bound to one algorithm, schedule, shapes, dtypes and device."""
 
     def __init__(self, algo, tensors: dict, scalars: dict, schedule=None,
@@ -157,22 +147,6 @@ class Compiled:
         if self._all_torch and self.on_device:
             import torch
             self._prepare_torch(torch.device("cuda", dev), torch_raw_stream())
-
-    def _prepare_torch(self, device, raw_stream) -> None:
-        """The hot path's tables: for each output or temporary how torch allocates it, on
-        `device` (a GPU but for tests); launches go on `raw_stream(device index)`."""
-        import torch
-        self._torch_fast = True
-        self._torch_device = device
-        self._raw_stream = raw_stream
-        # shapes as separate ints: torch parses `empty(3, 5)` faster than `empty((3, 5))`
-        self._torch_allocs = [
-            (slot, tuple(map(int, shape)) if shape else ((),), getattr(torch, arrays._TORCH_BACK[dtype]),
-             torch.zeros if zero else torch.empty)
-            for slot, _name, shape, dtype, zero in self._allocs]
-        made = [name for _slot, name, *_ in self._allocs]
-        self._torch_single = made.index(self._single) if self._single else None
-        self._torch_outputs = [(n, made.index(n)) for n in self.outputs]
 
     # ------------------------------------------------------------ checking a call
 
@@ -299,47 +273,6 @@ class Compiled:
             return None
         return self._launch_torch(values, scalars) if self._torch_fast else \
             self.call(values, scalars)
-
-    def _torch_matches(self, values) -> bool:
-        """Each check of `_check`, made on attributes read straight off the tensors."""
-        wanted = self._built_for          # torch_signature of each tensor built for
-        if len(values) != len(wanted):
-            return False
-        for t, (dtype, shape, device, contiguous) in zip(values, wanted):
-            try:
-                if not (t.dtype is dtype and t.shape == shape and t.get_device() == device
-                        and t.is_contiguous() is contiguous):
-                    return False
-            except AttributeError:        # not a tensor
-                return False
-        return True
-
-    def _launch_torch(self, values, scalars):
-        """The hot path's launch, on checked torch tensors: everything but the buffer
-        addresses and the stream was worked out when the handle was built."""
-        with self._lock:                  # the packed parameters are shared state
-            pointers = self._pointers
-            for i, slot in self._reads:
-                ptr = values[i].data_ptr()
-                if ptr & 15 and self.aligned:
-                    self._refuse_misaligned(self.names[i], ptr)
-                pointers[slot] = ptr
-            made = []
-            device = self._torch_device
-            for slot, shape, dtype, make in self._torch_allocs:
-                t = make(*shape, dtype=dtype, device=device)
-                pointers[slot] = t.data_ptr()
-                made.append(t)
-            if scalars or self._packed_scalars is not self.scalars:
-                self._set_scalars(scalars)
-            for packed in self._maps:
-                packed.refresh_maps()
-            self._run(self._raw_stream(self.device_index))
-        # temporaries go back to torch's stream-ordered allocator when `made` does
-        if self._torch_single is not None:
-            return made[self._torch_single]
-        return binding.package_outputs(self.outputs, {n: made[i] for n, i in
-                                                      self._torch_outputs})
 
     def _refuse_misaligned(self, name: str, ptr: int) -> None:
         raise PlaitError(f"{self.graph.name}: argument {name!r} is at {ptr:#x}, not 16-byte "

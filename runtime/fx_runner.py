@@ -6,15 +6,21 @@ the inputs' size-1 dims, makes them contiguous, runs the handle and gives each o
 torch's shape and strides. Any refusal (the handle cannot be built, a call's arguments
 do not match it, an output differs from what torch's graph says) runs `fallback`, the
 region's original torch submodule, and says why on the logger.
+
+What a call does to each tensor is worked out once from the spec (`_in_plan`,
+`_out_plan`), so a call makes only the torch calls its ports need: none of permute,
+reshape or a restriding copy where torch's layout already is plait's.
 """
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
 from plait.dsl.errors import PlaitError
 
+from . import arrays
 from .fx_region import RegionSpec
 
 log = logging.getLogger("plait.torch_backend")
@@ -26,10 +32,17 @@ class PlaitRegion(torch.nn.Module):
         self.algorithm, self.spec, self.fallback, self.stats = algo, spec, fallback, stats
         self.handle = None
         self.refused: str | None = None
+        self._ins = [_in_plan(p) for p in spec.inputs]
+        self._outs = [_out_plan(p) for p in spec.outputs]
 
     def _inputs(self, args) -> list:
-        return [a.permute(p.perm).contiguous().reshape(p.plait_shape)
-                for a, p in zip(args, self.spec.inputs)]
+        out = []
+        for a, (perm, shape) in zip(args, self._ins):
+            if perm is not None:
+                a = a.permute(perm)
+            a = a.contiguous()
+            out.append(a if shape is None else a.view(shape))
+        return out
 
     def _build(self, inputs) -> None:
         import plait
@@ -44,15 +57,18 @@ class PlaitRegion(torch.nn.Module):
         elif not isinstance(result, (tuple, list)):
             result = [result]
         outs = []
-        for r, p in zip(result, self.spec.outputs):
+        for r, p, (shape, copy) in zip(result, self.spec.outputs, self._outs):
             if not isinstance(r, torch.Tensor):
                 r = torch.as_tensor(r)
-            if r.dtype != p.dtype or tuple(r.shape) != p.plait_shape:
+            if r.dtype != p.dtype or r.shape != p.plait_shape:
                 raise PlaitError(f"output {len(outs)} is {r.dtype} {list(r.shape)}, torch's "
                                  f"graph says {p.dtype} {list(p.plait_shape)}")
-            r = r.reshape(p.shape)
-            if r.numel() > 1 and _significant(r.stride(), p.shape) != \
-                    _significant(p.stride, p.shape):
+            if shape is not None:
+                r = r.reshape(shape)
+            if not r.is_contiguous():     # not what the plan assumed: compare the strides
+                copy = r.numel() > 1 and _significant(r.stride(), p.shape) != \
+                    _significant(p.stride, p.shape)
+            if copy:
                 r = torch.empty_strided(p.shape, p.stride, dtype=r.dtype,
                                         device=r.device).copy_(r)
             outs.append(r)
@@ -81,6 +97,26 @@ class PlaitRegion(torch.nn.Module):
         level = logging.INFO if isinstance(e, PlaitError) else logging.WARNING
         log.log(level, "plait region %s falls back to torch: %s\n%s", self.algorithm.name,
                 self.refused, self.spec.source)
+
+
+def _in_plan(p) -> tuple:
+    """(permutation or None, plait's shape or None) for an input port: permute only where
+    the dims larger than 1 change order (moving size-1 dims changes no layout), view as
+    plait's shape only where it drops size-1 dims. After permute, `contiguous()` makes
+    the layout the one the view needs."""
+    big = [d for d in p.perm if p.shape[d] != 1]
+    perm = None if big == sorted(big) else p.perm
+    now = p.shape if perm is None else tuple(p.shape[d] for d in perm)
+    return perm, None if now == p.plait_shape else p.plait_shape
+
+
+def _out_plan(p) -> tuple:
+    """(torch's shape or None, whether a contiguous result must be copied to torch's
+    strides) for an output port."""
+    shape = None if p.shape == p.plait_shape else p.shape
+    copy = math.prod(p.shape) > 1 and _significant(arrays.c_strides(p.shape), p.shape) != \
+        _significant(p.stride, p.shape)
+    return shape, copy
 
 
 def _significant(stride, shape) -> tuple:

@@ -102,6 +102,10 @@ def _define(qualname: str, algo, schedule, n_out: int):
 
     def run(*values):
         outs = _result_list(handles.call(values), n_out)
+        if not all(isinstance(o, torch.Tensor) for o in outs):
+            like = next(v for v in values if isinstance(v, torch.Tensor))
+            outs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o, device=like.device)
+                    for o in outs]
         return outs[0] if n_out == 1 else tuple(outs)
 
     def fake(*values):
