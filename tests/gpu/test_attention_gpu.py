@@ -104,8 +104,6 @@ def test_first_causal_query_sees_one_key():
     torch.testing.assert_close(out[:, :, 0], v[:, :, 0], atol=1e-2, rtol=1e-2)
 
 
-@pytest.mark.xfail(strict=False, reason="attention runs unfused today (scores in memory); "
-                   "the streamed kernel of issue 12 keeps memory linear in S")
 def test_scores_are_never_materialised():
     """B1 H4 S = T = 8192 D128 bf16: a score temporary would be 512 MiB; the inputs and
     output are 32 MiB."""
