@@ -3,6 +3,7 @@ shapes, then forward TFLOP/s beside SDPA's flash and cuDNN backends at a few siz
 
     python bench/attention_smoke.py
 """
+import os
 import sys
 
 import torch
@@ -10,20 +11,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import plait
-from plait.dsl import Tensor, algorithm, index, softmax, sum, where
 
-
-@algorithm
-def attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
-              v: Tensor["B", "H", "T", "D"], scale: float = 0.125):
-    return sum(softmax(sum(q * k, over="D") * scale, over="T") * v, over="T")
-
-
-@algorithm
-def causal(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
-           v: Tensor["B", "H", "T", "D"], scale: float = 0.125):
-    s = where(index("T") <= index("S"), sum(q * k, over="D") * scale, float("-inf"))
-    return sum(softmax(s, over="T") * v, over="T")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "examples"))
+from attention import attention, causal_attention as causal  # noqa: E402
 
 
 def check(algo, B, H, S, T, D, dtype, is_causal):
