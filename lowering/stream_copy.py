@@ -1,6 +1,6 @@
 """Threads of a streamed kernel copying q, k and v tiles into swizzled shared memory.
 
-`self` is the kernel emitter (stream_sm80._Emitter): builder, arguments, sizes, the
+`em` is the kernel emitter (stream_sm80._Emitter): builder, arguments, sizes, the
 thread index and the tensors' batch offsets. Every thread copies 16-byte chunks with
 cp.async; a chunk outside the tensor (rows past the end, the head's padding) is
 zero-filled, so the products need no masks along the padded axes.
@@ -20,25 +20,25 @@ def swizzled(b, row, chunk, row_bytes: int):
     return b.xor(linear, b.shl(b.and_(row, L.i32(7)), L.i32(4)))
 
 
-def copy_rows(self, name: str, rows_axis: str, row0, n_rows: int, width: int,
+def copy_rows(em, name: str, rows_axis: str, row0, n_rows: int, width: int,
                padded: int, dst_base) -> None:
     """cp.async rows row0 .. row0+n_rows of tensor `name` ([batch, rows, width],
     width innermost) into a swizzled tile at `dst_base`; outside rows and the padding
     columns are zero-filled."""
-    b, sk = self.b, self.sk
+    b, sk = em.b, em.sk
     per_row = padded * 2 // 16
     total = n_rows * per_row
-    src = self.args[("buffer", name)]
-    rows_in = self.size(rows_axis)
+    src = em.args[("buffer", name)]
+    rows_in = em.size(rows_axis)
     for i in range(-(-total // sk.threads)):
-        q = b.add(self.tid, L.i32(i * sk.threads))
+        q = b.add(em.tid, L.i32(i * sk.threads))
         row, chunk = b.udiv(q, L.i32(per_row)), b.urem(q, L.i32(per_row))
         at = b.add(row0, row)
         valid = b.and_(b.icmp_signed("<", at, rows_in),
                        b.icmp_signed("<", b.mul(chunk, L.i32(8)), L.i32(width)))
         if (i + 1) * sk.threads > total:
             valid = b.and_(valid, b.icmp_signed("<", q, L.i32(total)))
-        element = b.add(self.offsets[name],
+        element = b.add(em.offsets[name],
                         b.add(b.mul(b.zext(at, L.I64), ir.Constant(L.I64, width)),
                               b.zext(b.mul(chunk, L.i32(8)), L.I64)))
         ptr = b.gep(src, [b.mul(element, ir.Constant(L.I64, 2))])
@@ -50,10 +50,10 @@ def copy_rows(self, name: str, rows_axis: str, row0, n_rows: int, width: int,
         else:
             P.cp_async_16(b, dst, ptr, valid)
 
-def copy_step(self, j, stage) -> None:
-    b, sk = self.b, self.sk
-    base = b.add(b.add(self.base, L.i32(sk.q_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
+def copy_step(em, j, stage) -> None:
+    b, sk = em.b, em.sk
+    base = b.add(b.add(em.base, L.i32(sk.q_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
     key0 = b.mul(j, L.i32(sk.keys))
-    copy_rows(self, sk.k, sk.keys_axis, key0, sk.keys, sk.depth, sk.depth_pad, base)
-    copy_rows(self, sk.v, sk.keys_axis, key0, sk.keys, sk.cols, sk.cols_pad,
+    copy_rows(em, sk.k, sk.keys_axis, key0, sk.keys, sk.depth, sk.depth_pad, base)
+    copy_rows(em, sk.v, sk.keys_axis, key0, sk.keys, sk.cols, sk.cols_pad,
                     b.add(base, L.i32(sk.keys * sk.depth_pad * 2)))

@@ -1,6 +1,6 @@
 """The two products of a streamed kernel's step on mma.sync m16n8k16, fragment by fragment.
 
-`self` is the kernel emitter (stream_sm80._Emitter). Values are dicts keyed by register
+`em` is the kernel emitter (stream_sm80._Emitter). Values are dicts keyed by register
 position (row slot, (8-column block, column of the pair)); slot r of a warp is its rows
 8r + lane/4: m block i holds slots 2i and 2i+1. ldmatrix row addresses are worked out
 once per lane (`k_offsets`, `v_offsets`); rows 16 apart keep their swizzle, so that part
@@ -13,38 +13,38 @@ from . import ptx_mma as P
 from .stream_copy import swizzled as _swizzled
 
 
-def lane_parts(self):
-    b = self.b
-    j = b.lshr(self.lane, L.i32(3))
-    return b.and_(self.lane, L.i32(7)), b.and_(j, L.i32(1)), b.lshr(j, L.i32(1))
+def lane_parts(em):
+    b = em.b
+    j = b.lshr(em.lane, L.i32(3))
+    return b.and_(em.lane, L.i32(7)), b.and_(j, L.i32(1)), b.lshr(j, L.i32(1))
 
-def q_fragments(self, base) -> list:
+def q_fragments(em, base) -> list:
     """[m block][16 of D]: A fragments of the warp's q rows (in registers for the
     whole loop, or read again each step where registers are short)."""
-    b, sk = self.b, self.sk
-    r8, lo, hi = lane_parts(self, )
+    b, sk = em.b, em.sk
+    r8, lo, hi = lane_parts(em, )
     out = []
     for i in range(sk.row_blocks):
-        row = b.add(self.warp_row, b.add(L.i32(16 * i), b.add(r8, b.shl(lo, L.i32(3)))))
+        row = b.add(em.warp_row, b.add(L.i32(16 * i), b.add(r8, b.shl(lo, L.i32(3)))))
         out.append([P.ldmatrix_x4(b, b.add(base, _swizzled(b, row, b.add(hi, L.i32(2 * kk)),
                                                            sk.depth_pad * 2)), False)
                     for kk in range(sk.depth_pad // 16)])
     return out
 
-def scores(self) -> dict:
+def scores(em) -> dict:
     """q . k_j: {(m block, 8 keys): 4 accumulators}. Each k fragment serves every m
     block of the warp, which is what more rows per warp buy."""
-    b, sk = self.b, self.sk
-    kind = P.MMA_TYPES[self.buffers[sk.q].dtype.short]
-    q = self.q_frags or q_fragments(self, self.base)
-    r8, lo, hi = lane_parts(self, )
+    b, sk = em.b, em.sk
+    kind = P.MMA_TYPES[em.buffers[sk.q].dtype.short]
+    q = em.q_frags or q_fragments(em, em.base)
+    r8, lo, hi = lane_parts(em, )
     acc = {}
     row_bytes = sk.depth_pad * 2
     for jp in range(sk.keys // 16):        # two blocks of 8 keys per ldmatrix.x4
         c = {(i, n): [L.f32(0.0)] * 4 for i in range(sk.row_blocks) for n in (0, 1)}
         for kk in range(sk.depth_pad // 16):
             # Rows 16 apart keep their swizzle: that part is an address immediate.
-            addr = b.add(b.add(self.stage_base, self.k_offsets[kk]),
+            addr = b.add(b.add(em.stage_base, em.k_offsets[kk]),
                          L.i32(16 * jp * row_bytes))
             regs = P.ldmatrix_x4(b, addr, False)
             for (i, n), value in c.items():
@@ -54,14 +54,14 @@ def scores(self) -> dict:
     return {(2 * i + h, (j, e)): value[2 * h + e] for (i, j), value in acc.items()
             for h in (0, 1) for e in (0, 1)}
 
-def weighted(self, p: dict, acc: dict) -> dict:
+def weighted(em, p: dict, acc: dict) -> dict:
     """round(p) . v_j + acc, with p's accumulator registers as the A operand: rows
     8r.. of slot r; m block i holds slots 2i (rows +0) and 2i+1 (rows +8)."""
-    b, sk = self.b, self.sk
-    dtype = self.buffers[sk.v].dtype
+    b, sk = em.b, em.sk
+    dtype = em.buffers[sk.v].dtype
     kind = P.MMA_TYPES[dtype.short]
-    r8, lo, hi = lane_parts(self, )
-    v_base = b.add(self.stage_base, L.i32(sk.keys * sk.depth_pad * 2))
+    r8, lo, hi = lane_parts(em, )
+    v_base = b.add(em.stage_base, L.i32(sk.keys * sk.depth_pad * 2))
     blocks = range(sk.row_blocks)
     out = {(i, je): [acc[(2 * i + h, (je, e))] for h in (0, 1) for e in (0, 1)]
            for i in blocks for je in range(sk.cols_pad // 8)}
@@ -73,7 +73,7 @@ def weighted(self, p: dict, acc: dict) -> dict:
                     L.encode_pairs(b, [p[(2 * i + h, (jb, 0))], p[(2 * i + h, (jb, 1))]],
                                    dtype)]
         for ip in range(sk.cols_pad // 16):
-            addr = b.add(b.add(v_base, self.v_offsets[ip]), L.i32(16 * kk * row_bytes))
+            addr = b.add(b.add(v_base, em.v_offsets[ip]), L.i32(16 * kk * row_bytes))
             regs = P.ldmatrix_x4(b, addr, True)
             for i in blocks:
                 for n in (0, 1):
