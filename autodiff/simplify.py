@@ -392,9 +392,60 @@ def divide_late(n: Node):
     return None
 
 
+def _is_softmax(p: Node, axis: str) -> bool:
+    """p = exp(x - max(x, over=axis)) / sum(exp(x - max(x, over=axis)), over=axis)."""
+    if p.op != "div":
+        return False
+    e, z = p.inputs
+    if e.op != "exp" or z.op != "sum" or z.attr("axis") != axis or z.inputs[0] is not e:
+        return False
+    d = e.inputs[0]
+    return d.op == "sub" and d.inputs[1].op == "max" and d.inputs[1].attr("axis") == axis \
+        and d.inputs[1].inputs[0] is d.inputs[0]
+
+
+def softmax_expectation(n: Node):
+    """sum_X(sum_Y(a * b) * p) -> sum_Y(a * sum_X(p * b)) when p is a softmax over X, a
+    lacks X and p lacks Y.
+
+    The same products, summed in the other order; what it buys is the inner sum: it is
+    the forward's own output when that is p-weighted b (attention's backward row term
+    sum_T(dP * P) with dP = sum_E(dout * v) becomes sum_E(dout * out)), read back when
+    saved and otherwise one streamed pass, where the other order needs every score.
+    """
+    if n.op != "sum":
+        return None
+    x_axis, prod = n.attr("axis"), n.inputs[0]
+    if prod.op != "mul":
+        return None
+    for u, p in (prod.inputs, prod.inputs[::-1]):
+        if u.op != "sum" or u.inputs[0].op != "mul" or not _is_softmax(p, x_axis):
+            continue
+        y_axis = u.attr("axis")
+        if y_axis in p.axes:
+            continue
+        for a, b in (u.inputs[0].inputs, u.inputs[0].inputs[::-1]):
+            if x_axis in a.axes or x_axis not in b.axes:
+                continue
+            full = u.inputs[0].axes       # a's and b's axes in canonical order: p's too
+            if not set(p.axes) <= set(full):
+                return None
+            weighted = _node("mul", (p, b), [ax for ax in full if ax in p.axes or ax in b.axes],
+                             promote(p.dtype, b.dtype), n.loc)
+            expect = _node("sum", (weighted,), [ax for ax in weighted.axes if ax != x_axis],
+                           weighted.dtype, n.loc, axis=x_axis)
+            outer = _node("mul", (a, expect),
+                          [ax for ax in full if ax in a.axes or ax in expect.axes],
+                          promote(a.dtype, expect.dtype), n.loc)
+            if set(outer.axes) != set(n.axes) | {y_axis} or outer.dtype != n.dtype:
+                return None
+            return _node("sum", (outer,), n.axes, n.dtype, n.loc, axis=y_axis)
+    return None
+
+
 RULES = (drop_names, merge_casts, fold_constants, collapse_broadcasts, hoist_broadcasts,
          reduce_broadcast, centered_sums_vanish, factor_reductions, distribute_reductions,
-         fold_scales, identities, zeros,
+         softmax_expectation, fold_scales, identities, zeros,
          negations, doubling, common_divisor, divide_late)
 
 

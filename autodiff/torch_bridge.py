@@ -132,6 +132,27 @@ def saved_by_schedule(algo: Algorithm, grad_schedule=None, arch: str | None = No
     return tuple(grad_schedule.default.save)
 
 
+def outputs_reread(algo: Algorithm, wrt=None) -> tuple:
+    """The forward's outputs its backward would otherwise recompute (attention's row term
+    sum(dout * out)): the forward has them anyway, so the bridges keep them for it."""
+    from plait.dsl.errors import PlaitError
+    outputs = tuple(algo.graph().outputs)
+    try:
+        backward = grad(algo, wrt, save=outputs).graph()
+    except PlaitError:
+        return ()                 # no gradient (the caller says so where it matters)
+    used = {n.attr("name") for n in backward.nodes if n.op == "input"}
+    return tuple(name for name in outputs if name in used)
+
+
+def default_save(algo: Algorithm, wrt, grad_schedule, save) -> tuple:
+    """`save` as given; else the backward schedule's list and the outputs reread."""
+    if save is not None:
+        return tuple(save)
+    save = saved_by_schedule(algo, grad_schedule)
+    return save + tuple(n for n in outputs_reread(algo, wrt) if n not in save)
+
+
 def _renamed(schedule, name: str):
     """The forward's schedule, for the forward that also writes the saved values."""
     import dataclasses
@@ -148,14 +169,15 @@ def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None, save=
     The forward runs `plait.run(algo, ..., schedule=schedule)`, the backward
     `plait.run(grad(algo, wrt), ..., schedule=grad_schedule)`. What the forward
     saves for the backward (`save`, names given with `plait.dsl.name`) defaults to
-    the backward schedule's `save:` list; with none, the backward recomputes.
+    the backward schedule's `save:` list, and the outputs the backward reads; with
+    none, the backward recomputes.
     """
     import torch  # only here: plait does not depend on torch
 
     import plait
 
     from .transform import forward_with_saved
-    save = saved_by_schedule(algo, grad_schedule) if save is None else tuple(save)
+    save = default_save(algo, wrt, grad_schedule, save)
     bwd = grad(algo, wrt, save=save)
     fwd = forward_with_saved(algo, save) if save else algo
     fwd_schedule = _renamed(schedule, fwd.name) if save else schedule
@@ -179,7 +201,7 @@ def to_torch(algo: Algorithm, wrt=None, schedule=None, grad_schedule=None, save=
             outs = _outputs(plait.run(fwd, *values, schedule=fwd_schedule), fwd_names,
                             fwd.name)
             outs = [as_torch(o, like) for o in outs]
-            saved = outs[len(out_names):]
+            saved = [dict(zip(fwd_names, outs))[name] for name in save]   # an output too
             ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)), *saved)
             ctx.n_saved = len(saved)
             ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in values]

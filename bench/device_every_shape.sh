@@ -6,7 +6,8 @@
 # torch: tests/torch's GPU twins; memcheck/racecheck: compute-sanitizer over the
 # examples at odd shapes; bench: bench/matmul.py's unaligned, small and default sets;
 # host: bench/host_overhead.py; hostfast: the same and the runtime's GPU tests with
-# PLAIT_CTYPES_LAUNCH=1; breakdown: bench/host_breakdown.py; backend: bench/torch_backend.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
+# PLAIT_CTYPES_LAUNCH=1; streamtests: the streamed attention tests, forward and backward;
+# backward: bench/attention_backward.py; breakdown: bench/host_breakdown.py; backend: bench/torch_backend.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -33,7 +34,9 @@ for stage in ${STAGES:-shape tier memcheck}; do
       PLAIT_CTYPES_LAUNCH=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime tests/gpu/test_examples_gpu.py 2>&1 | tee "$OUT/ctypes_tests.log" | tail -4 ;;
     breakdown) timeout 90 python3 bench/host_breakdown.py 2>&1 | tee "$OUT/host_breakdown.log" | tail -14 ;;
     backend) timeout ${BACKEND_TIMEOUT:-150} python3 bench/torch_backend.py 2>&1 | tee "$OUT/torch_backend.log" | tail -8 ;;
-    attention) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention.py --out "$OUT/attention.md" 2>&1 | tee "$OUT/attention.log" | tail -20 ;;
+    attention) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention.py ${ATTN_ARGS:-} --out "$OUT/attention.md" 2>&1 | tee "$OUT/attention.log" | tail -20 ;;
+    streamtests) timeout ${STREAM_TIMEOUT:-240} $T -m gpu tests/gpu/test_streaming_gpu.py tests/gpu/test_streaming_backward_gpu.py tests/gpu/test_attention_gpu.py 2>&1 | tee "$OUT/stream_tests.log" | tail -8 ;;
+    backward) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention_backward.py ${ATTN_ARGS:-} --out "$OUT/attention_backward.md" 2>&1 | tee "$OUT/attention_backward.log" | tail -20 ;;
     compile) timeout 90 python3 bench/compile_time.py 2>&1 | tee "$OUT/compile.log" | tail -6 ;;
   esac
 done

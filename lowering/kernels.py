@@ -29,7 +29,9 @@ from .gemm_tiles import auto_split_k
 from .layout import effective_grid
 from .llvm_limits import SMS
 from .policy import ResolvedPolicy
+from .stream_staging import stage_sums
 from .streaming import NotStreamable, Stream, check_sizes, find_stream
+from .streaming_sums import StreamedSums
 
 REDUCE_OPS = reductions()           # from the op table
 SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
@@ -42,7 +44,7 @@ class KernelPlan:
     axes: tuple[str, ...]                    # iteration axes, canonical order
     schedule: KernelSchedule
     contraction: bool = False                # kept whole for the tensor-core lowering
-    stream: Stream | None = None             # a softmax-weighted contraction walked by tiles
+    stream: Stream | StreamedSums | None = None   # a loop over tiles of one axis
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,12 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     streamed, unstreamed = _streams(graph, schedule, sizes, tensor_cores, outputs)
     for name in streamed:
         del outputs[name]
+    sums = stage_sums(graph.name, outputs, sizes, lambda name: _may_stream(
+        graph, schedule, name, len(outputs))) if tensor_cores else None
+    if sums is not None:
+        unstreamed.update(sums.why)
+        for name in sums.outputs:
+            del outputs[name]
     if tensor_cores:      # computed operands and reduced contractions become temporaries
         staged, outputs = stage_contractions(graph.name, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
@@ -170,6 +178,8 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         name = _kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
         planner.kernels.append(_stream_plan(name, out, st, schedule, tensor_cores,
                                             graph.axis_order, sizes))
+    if sums is not None:
+        _plan_sums(planner, sums, graph, schedule, tensor_cores, sizes, buffers)
     for group in groups.values():
         name = _kernel_name(graph, group, len(groups) + len(staged) + len(streamed))
         planner.plan(name, {o: outputs[o] for o in group})
@@ -211,6 +221,54 @@ def _streams(graph, schedule, sizes, tensor_cores, outputs) -> tuple[dict, dict]
     return streamed, why
 
 
+def _may_stream(graph, schedule, name: str, n_outputs: int) -> bool:
+    if schedule is None:
+        return True
+    return schedule.for_kernel(graph.name if n_outputs == 1 else
+                               f"{graph.name}.{name}").stream is not False
+
+
+def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> None:
+    """The kernels of streamed sums, after the temporaries they read: the streamed ones
+    (log-sum-exp, a recomputed forward), then the planned ones (row terms)."""
+    planner.temps.extend(sums.temps)
+    for buf, st in sums.streams:
+        planner.kernels.append(_stream_plan(buf, buf, st, schedule, instruction,
+                                            graph.axis_order, sizes))
+    for buf, value in sums.plain:
+        planner.plan(buf, {buf: value})
+    for names, ss in sums.sums:
+        for t in ss.terms:
+            buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
+                                  t.out.axes, "output"))
+        name = f"{graph.name}.{names[0]}"
+        planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
+                                          sizes))
+
+
+def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> KernelPlan:
+    """Blocks over the batch axes and tiles of rows, the streamed axis walked a tile at a
+    time: 64 rows in warps of 16, 64 keys a step (32 past a width of 64) by default."""
+    ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
+    rows = dict(ks.grid).get(ss.rows, 64)
+    wide = max(sizes[t.axes[-1]] for t in ss.residents + ss.streamed) > 64
+    keys = dict(ks.stream).get(ss.keys, 32 if wide else 64) if ks.stream else \
+        (32 if wide else 64)
+    if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
+        raise PlaitError(f"kernel {name}: a streamed kernel takes rows per block in "
+                         f"multiples of 16 up to 256 (grid.{ss.rows}), not {rows}")
+    if ks.stream and dict(ks.stream).keys() != {ss.keys}:
+        raise PlaitError(f"kernel {name}: the schedule streams {', '.join(dict(ks.stream))}, "
+                         f"but the sums run over {ss.keys}")
+    grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
+    used = set(ss.batch) | {ss.rows, ss.keys} | {t.axes[-1] for t in ss.residents + ss.streamed}
+    used |= {t.cols for t in ss.terms}
+    axes = tuple(a for a in order if a in used)
+    warps = ks.warps or rows // 16
+    return KernelPlan(name, tuple((t.name, t.out) for t in ss.terms), axes,
+                      replace(ks, grid=grid, stream=((ss.keys, keys),), warps=warps), stream=ss)
+
+
 def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> KernelPlan:
     """The kernel of one streamed contraction: blocks over the batch axes and tiles of
     query rows, the keys walked `stream` at a time (the target's defaults where the
@@ -219,14 +277,15 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
     defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
-    wide = max(sizes[st.depth], sizes[st.cols]) > 64
+    wide = max(sizes[st.depth], sizes[st.cols] if st.cols else 0) > 64
     default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
     keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
         raise PlaitError(f"kernel {name}: a streamed kernel takes query rows per block in "
                          f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")
     grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
-    axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth, st.cols))
+    axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
+                 ((st.cols,) if st.cols else ()))
     return KernelPlan(name, ((out, st.out),), axes,
                       replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)
 

@@ -1,4 +1,4 @@
-"""Threads of a streamed kernel copying q, k and v tiles into swizzled shared memory.
+"""Threads of a streamed kernel copying its tiles into swizzled shared memory.
 
 `em` is the kernel emitter (stream_sm80._Emitter): builder, arguments, sizes, the
 thread index and the tensors' batch offsets. Every thread copies 16-byte chunks with
@@ -51,9 +51,10 @@ def copy_rows(em, name: str, rows_axis: str, row0, n_rows: int, width: int,
             P.cp_async_16(b, dst, ptr, valid)
 
 def copy_step(em, j, stage) -> None:
+    """cp.async every streamed tile of step j into stage `stage`."""
     b, sk = em.b, em.sk
-    base = b.add(b.add(em.base, L.i32(sk.q_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
+    base = b.add(b.add(em.base, L.i32(sk.resident_bytes)), b.mul(stage, L.i32(sk.stage_bytes)))
     key0 = b.mul(j, L.i32(sk.keys))
-    copy_rows(em, sk.k, sk.keys_axis, key0, sk.keys, sk.depth, sk.depth_pad, base)
-    copy_rows(em, sk.v, sk.keys_axis, key0, sk.keys, sk.cols, sk.cols_pad,
-                    b.add(base, L.i32(sk.keys * sk.depth_pad * 2)))
+    for t in sk.streamed:
+        copy_rows(em, t.name, sk.keys_axis, key0, sk.keys, t.width, t.pad,
+                  b.add(base, L.i32(sk.stage_offset(t.name))))

@@ -125,6 +125,8 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
         if value is None:
             raise ValueError(f"store to {buf.name} of a value that varies along an axis "
                              "the buffer does not have")
+        kept = [a for a in f.axes if a in buf.axes]      # frame order; the buffer's may differ
+        value = value.transpose([kept.index(a) for a in buf.axes])
         arrays[buf.name][...] = round_to(value.astype(np.float64), buf.dtype).astype(
             arrays[buf.name].dtype)
         return None

@@ -1,7 +1,12 @@
-"""The plan of a streamed kernel: its tile program with the tiles and head sizes fixed.
+"""The plan of a streamed kernel: its tile program with the tiles and widths fixed.
 
 Plain data (no llvmlite): the pipeline builds it, prints it into the specialization key
 and hands it to the backend (`stream_sm80.py`) or the CPU executor (`stream_emulate.py`).
+
+Every streamed kernel has the same frame: a block takes `rows` rows of one batch index
+and walks the streamed axis `keys` at a time. Its tensors are tiles of two kinds:
+residents, over the rows (q in the forward), copied into shared memory once per block;
+and streamed tiles, over the keys (k and v), copied each step into one of two stages.
 """
 from __future__ import annotations
 
@@ -9,35 +14,48 @@ from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
 
+from .streaming import Stream
 from .tile import TileProgram
 
-STAGES = 2                       # k/v tiles in shared memory: one computed, one landing
+STAGES = 2                       # streamed tiles in shared memory: one computed, one landing
+
+
+@dataclass(frozen=True)
+class TileOperand:
+    """A tensor of a streamed kernel, stored [batch..., axis, width_axis]."""
+    name: str
+    axis: str                     # the rows (a resident) or the streamed axis
+    width_axis: str
+    width: int
+
+    @property
+    def pad(self) -> int:
+        """The width in shared memory and registers: whole tensor-core k steps of 16."""
+        return -(-self.width // 16) * 16
+
+    def tile_bytes(self, n_rows: int) -> int:
+        return n_rows * self.pad * 2
 
 
 @dataclass(frozen=True)
 class StreamKernel:
-    """A streamed tile program with its tiles and head sizes fixed for the backend."""
+    """A streamed tile program with its tiles fixed for the backend."""
     tile: TileProgram
     target: str
     batch: tuple[str, ...]
     rows_axis: str
     keys_axis: str
-    depth_axis: str
-    cols_axis: str
-    rows: int                     # query rows per block
+    rows: int                     # rows per block
     keys: int                     # keys per step
-    depth: int                    # D, compiled in
-    cols: int                     # E, compiled in
-    q: str
-    k: str
-    v: str
-    out: str
+    residents: tuple[TileOperand, ...]
+    streamed: tuple[TileOperand, ...]
+    outs: tuple[str, ...]
+    widths: tuple[tuple[str, int], ...]    # every width axis and its size, compiled in
+    row_blocks: int = 1           # 16-row m blocks per warp (each streamed fragment serves all)
 
     @property
     def name(self) -> str:
         return self.tile.name
-
-    row_blocks: int = 1           # 16-row m blocks per warp (each k, v fragment serves all)
 
     @property
     def rows_per_warp(self) -> int:
@@ -48,33 +66,52 @@ class StreamKernel:
         return self.rows // self.rows_per_warp
 
     @property
-    def q_in_registers(self) -> bool:
-        """q's fragments stay in registers when they take at most 32 of them."""
-        return self.row_blocks * (self.depth_pad // 16) * 4 <= 32
-
-    @property
     def threads(self) -> int:
         return 32 * self.warps
 
-    @property
-    def depth_pad(self) -> int:
-        return -(-self.depth // 16) * 16
+    def width(self, axis: str) -> int:
+        return dict(self.widths)[axis]
+
+    def pad(self, axis: str) -> int:
+        return -(-self.width(axis) // 16) * 16
+
+    def operand(self, name: str) -> TileOperand:
+        return next(t for t in self.residents + self.streamed if t.name == name)
 
     @property
-    def cols_pad(self) -> int:
-        return -(-self.cols // 16) * 16
+    def residents_in_registers(self) -> bool:
+        """The residents' A fragments stay in registers when they take at most 32."""
+        return sum(self.row_blocks * (t.pad // 16) * 4 for t in self.residents) <= 32
+
+    def resident_offset(self, name: str) -> int:
+        """Byte offset of a resident's tile in shared memory."""
+        at = 0
+        for t in self.residents:
+            if t.name == name:
+                return at
+            at += t.tile_bytes(self.rows)
+        raise KeyError(name)
+
+    def stage_offset(self, name: str) -> int:
+        """Byte offset of a streamed tile inside a stage."""
+        at = 0
+        for t in self.streamed:
+            if t.name == name:
+                return at
+            at += t.tile_bytes(self.keys)
+        raise KeyError(name)
 
     @property
-    def q_bytes(self) -> int:
-        return self.rows * self.depth_pad * 2
+    def resident_bytes(self) -> int:
+        return sum(t.tile_bytes(self.rows) for t in self.residents)
 
     @property
     def stage_bytes(self) -> int:
-        return self.keys * (self.depth_pad + self.cols_pad) * 2
+        return sum(t.tile_bytes(self.keys) for t in self.streamed)
 
     @property
     def shared_bytes(self) -> int:
-        return self.q_bytes + STAGES * self.stage_bytes
+        return self.resident_bytes + STAGES * self.stage_bytes
 
     @property
     def buffers(self):
@@ -93,23 +130,40 @@ class StreamKernel:
         return self.tile.grid
 
     def text(self) -> str:
+        tiles = lambda ts: ", ".join(f"{t.name}[{t.axis},{t.width_axis}={t.width}]"  # noqa: E731
+                                     for t in ts)
         return (f"streamed kernel {self.name} ({self.target}, mma.sync): {self.rows} rows of "
-                f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, {self.keys_axis} in steps "
-                f"of {self.keys}, {self.depth_axis} = {self.depth}, {self.cols_axis} = "
-                f"{self.cols}, {STAGES} stages, shared {self.shared_bytes} bytes\n"
-                + self.tile.text())
+                f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, "
+                f"{self.keys_axis} in steps of {self.keys}; per block {tiles(self.residents)}, "
+                f"per step {tiles(self.streamed)}; {STAGES} stages, shared "
+                f"{self.shared_bytes} bytes\n" + self.tile.text())
 
 
 def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> StreamKernel:
     st = plan.stream
     rows = dict(plan.schedule.grid)[st.rows]
     keys = dict(plan.schedule.stream)[st.keys]
-    per_warp = 32 if sizes[st.cols] <= 128 and rows % 32 == 0 else 16
+    operand = lambda n, axis: TileOperand(n.attr("name"), axis, n.axes[-1],  # noqa: E731
+                                          sizes[n.axes[-1]])
+    if isinstance(st, Stream):
+        residents = (operand(st.q, st.rows),)
+        streamed = (operand(st.k, st.keys),) + ((operand(st.v, st.keys),) if st.v is not None
+                                                else ())
+        wide = st.v is not None and sizes[st.cols] > 128
+        per_warp = 16 if wide or rows % 32 else 32
+    else:
+        residents = tuple(operand(n, st.rows) for n in st.residents)
+        streamed = tuple(operand(n, st.keys) for n in st.streamed)
+        per_warp = 16
     warps = plan.schedule.warps or max(1, rows // per_warp)
     if rows % (16 * warps):
-        raise PlaitError(f"kernel {plan.name}: {rows} query rows per block do not split into "
+        raise PlaitError(f"kernel {plan.name}: {rows} rows per block do not split into "
                          f"{warps} warps of whole 16-row tensor-core tiles")
-    return StreamKernel(tile, target, st.batch, st.rows, st.keys, st.depth, st.cols, rows,
-                        keys, sizes[st.depth], sizes[st.cols], st.q.attr("name"),
-                        st.k.attr("name"), st.v.attr("name"), plan.outputs[0][0],
-                        rows // (16 * warps))
+    widths = {t.width_axis: t.width for t in residents + streamed}
+    for name, _ in plan.outputs:
+        buf = next(b for b in tile.buffers if b.name == name)
+        if buf.axes[-1] not in (st.rows,) + tuple(st.batch):
+            widths[buf.axes[-1]] = sizes[buf.axes[-1]]
+    return StreamKernel(tile, target, st.batch, st.rows, st.keys, rows, keys, residents,
+                        streamed, tuple(name for name, _ in plan.outputs),
+                        tuple(sorted(widths.items())), rows // (16 * warps))

@@ -38,9 +38,8 @@ from .artifact import CompiledKernel
 from .gemm_common import KernelEmitter, loop, plain_args
 from .ptx_memory import asm_store
 from .stream_copy import copy_rows, copy_step
-from .stream_copy import swizzled as _swizzled
 from .stream_masks import TileMask
-from .stream_mma import lane_parts, q_fragments, scores, weighted
+from .stream_mma import fragments, scores, tile_offsets, weighted
 from .stream_plan import StreamKernel
 from .tile import register_dtype
 from .tile_stream import loop_body
@@ -65,6 +64,7 @@ class _Emitter(KernelEmitter):
     def __init__(self, sk: StreamKernel, entry: str):
         super().__init__(sk, entry, (), 128)
         self.sk = sk
+        self.tiles = {t.name for t in sk.residents + sk.streamed}
         self.ops = {op.id: op for op in sk.tile.ops}
         self.buffers = {buf.name: buf for buf in sk.tile.buffers}
         self._body()
@@ -73,11 +73,11 @@ class _Emitter(KernelEmitter):
     def _blocks(self, axis: str) -> int:
         """Column blocks of 8 a value along `axis` has (the padded tile)."""
         sk = self.sk
-        return {sk.keys_axis: sk.keys // 8, sk.cols_axis: sk.cols_pad // 8}[axis]
+        return sk.keys // 8 if axis == sk.keys_axis else sk.pad(axis) // 8
 
     def _col_axis(self, axes) -> str | None:
         sk = self.sk
-        for axis in (sk.keys_axis, sk.cols_axis):
+        for axis in (sk.keys_axis,) + tuple(a for a, _ in sk.widths):
             if axis in axes:
                 return axis
         return None
@@ -100,7 +100,7 @@ class _Emitter(KernelEmitter):
         half, col = key
         if axis == sk.rows_axis:
             return b.add(self.row_base, L.i32(8 * half))
-        if axis in (sk.keys_axis, sk.cols_axis):
+        if axis == sk.keys_axis or axis in dict(sk.widths):
             j, e = col
             start = self.key0 if axis == sk.keys_axis else L.i32(0)
             return b.add(start, b.add(self.lane_col, L.i32(8 * j + e)))
@@ -134,15 +134,12 @@ class _Emitter(KernelEmitter):
         self.masked = True
         self._batch = None
         self.batch_index()          # computed here, where every branch below sees it
-        batch = b.zext(self.batch_linear, L.I64)
-        kv_batch = self._kv_batch()
-        size64 = {a: b.zext(self.size(a), L.I64) for a in (sk.rows_axis, sk.keys_axis)}
-        self.offsets = {   # where this batch index's matrix of each tensor starts (elements)
-            sk.q: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.depth))),
-            sk.k: b.mul(kv_batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.depth))),
-            sk.v: b.mul(kv_batch, b.mul(size64[sk.keys_axis], ir.Constant(L.I64, sk.cols))),
-            sk.out: b.mul(batch, b.mul(size64[sk.rows_axis], ir.Constant(L.I64, sk.cols))),
-        }
+        self.offsets = {}   # where this batch index's matrix of each tensor starts (elements)
+        for t in sk.residents + sk.streamed:
+            self.offsets[t.name] = self._matrix_at(t.name, t.axis, t.width)
+        for name in sk.outs:
+            last = self.buffers[name].axes[-1]
+            self.offsets[name] = self._matrix_at(name, sk.rows_axis, dict(sk.widths).get(last, 1))
         ops = list(sk.tile.ops)
         loop_op = next(op for op in ops if op.op == "loop")
         body, yielded = loop_body(ops, loop_op.id)
@@ -153,8 +150,9 @@ class _Emitter(KernelEmitter):
         for op in before:
             self._emit(op)
         n_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)), L.i32(sk.keys))
-        copy_rows(self, sk.q, sk.rows_axis, self.m0, sk.rows, sk.depth, sk.depth_pad,
-                        self.base)
+        for t in sk.residents:
+            copy_rows(self, t.name, sk.rows_axis, self.m0, sk.rows, t.width, t.pad,
+                      b.add(self.base, L.i32(sk.resident_offset(t.name))))
         self.masks = TileMask(self, self.ops)
         self.index_mask = next((op.args[0] for op in body if op.attr("mask") == "index"),
                                None)
@@ -165,12 +163,10 @@ class _Emitter(KernelEmitter):
         P.cp_async_commit(b)
         P.cp_async_wait(b, 0)
         P.barrier(b)
-        self.q_frags = q_fragments(self, self.base) if sk.q_in_registers else None
-        r8, lo, hi = lane_parts(self)     # this lane's ldmatrix row addresses, per chunk
-        self.k_offsets = [_swizzled(b, b.add(r8, b.shl(hi, L.i32(3))), b.add(lo, L.i32(2 * kk)),
-                                    sk.depth_pad * 2) for kk in range(sk.depth_pad // 16)]
-        self.v_offsets = [_swizzled(b, b.add(r8, b.shl(lo, L.i32(3))), b.add(hi, L.i32(2 * ip)),
-                                    sk.cols_pad * 2) for ip in range(sk.cols_pad // 16)]
+        self.resident_frags = {t.name: fragments(self, t) for t in sk.residents} \
+            if sk.residents_in_registers else {}
+        self.tile_offsets = {(t.name, trans): tile_offsets(self, t, trans)
+                             for t in sk.streamed for trans in (False, True)}
         carried_keys = []
         init = []
         for i, arg in enumerate(loop_op.args):
@@ -189,7 +185,7 @@ class _Emitter(KernelEmitter):
                 copy_step(self, nxt, b.sub(L.i32(1), stage))
             P.cp_async_commit(b)
             self.key0 = b.mul(j, L.i32(sk.keys))
-            self.stage_base = b.add(b.add(self.base, L.i32(sk.q_bytes)),
+            self.stage_base = b.add(b.add(self.base, L.i32(sk.resident_bytes)),
                                     b.mul(stage, L.i32(sk.stage_bytes)))
             whole, empty = self._tile_status(j, warp=True)
             return self._branches(flat, whole, empty, body, yielded, carried_keys)
@@ -264,18 +260,21 @@ class _Emitter(KernelEmitter):
             out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
         return out
 
-    def _kv_batch(self):
-        """k's and v's batch index (i64): the block's, over the batch axes they have (all
-        of q's, or fewer when the query heads of a group share them)."""
+    def _matrix_at(self, name: str, rows_axis: str, width: int):
+        """Element offset (i64) of this block's batch index's [rows, width] matrix of a
+        tensor, over the batch axes it has (all of the block's, or fewer: the query heads
+        of a group share its k and v)."""
         b, sk = self.b, self.sk
-        axes = [a for a in self.buffers[sk.k].axes if a in sk.batch]
+        axes = [a for a in self.buffers[name].axes if a in sk.batch]
         if list(axes) == list(sk.batch):
-            return b.zext(self.batch_linear, L.I64)
-        linear = ir.Constant(L.I64, 0)
-        for axis in axes:
-            linear = b.add(b.mul(linear, b.zext(self.size(axis), L.I64)),
-                           b.zext(self.batch_index()[axis], L.I64))
-        return linear
+            linear = b.zext(self.batch_linear, L.I64)
+        else:
+            linear = ir.Constant(L.I64, 0)
+            for axis in axes:
+                linear = b.add(b.mul(linear, b.zext(self.size(axis), L.I64)),
+                               b.zext(self.batch_index()[axis], L.I64))
+        rows = b.zext(self.size(rows_axis), L.I64)
+        return b.mul(linear, b.mul(rows, ir.Constant(L.I64, width)))
 
     @staticmethod
     def _carried_op(body, loop_id: int, index: int):
@@ -290,7 +289,7 @@ class _Emitter(KernelEmitter):
     def _emit(self, op) -> None:
         sk = self.sk
         kind = op.op
-        if kind == "load" and op.attr("buffer") not in (sk.q, sk.k, sk.v):
+        if kind == "load" and op.attr("buffer") not in self.tiles:
             self.values[op.id] = {key: self._load_element(op, key)
                                   for key in self.positions(op.axes)}
             return
@@ -300,11 +299,13 @@ class _Emitter(KernelEmitter):
             self.values[op.id] = self.results[op.attr("index")]
             return
         if kind == "dot":
-            if op.attr("over") == sk.depth_axis:
-                self.values[op.id] = scores(self)
-            else:
+            if op.attr("over") == sk.keys_axis:
                 self.values[op.id] = weighted(self, self.values[op.args[0]],
-                                                    self.values[op.args[2]])
+                                              self.values[op.args[2]],
+                                              self._operand_of(op.args[1]))
+            else:
+                self.values[op.id] = scores(self, self._operand_of(op.args[0]),
+                                            self._operand_of(op.args[1]))
             return
         if op.attr("mask") is not None and not self.masked:
             self.values[op.id] = self.values[op.args[1]]   # the tile is whole: no mask
@@ -320,6 +321,9 @@ class _Emitter(KernelEmitter):
             args = [self.values[a][self.project(key, self.ops[a].axes)] for a in op.args]
             out[key] = self._elementwise(op, args, key)
         self.values[op.id] = out
+
+    def _operand_of(self, vid: int):
+        return self.sk.operand(self.ops[vid].attr("buffer"))
 
     def _load_element(self, op, key):
         """One element of a mask or bias tensor at register position `key`, its index
@@ -400,23 +404,33 @@ class _Emitter(KernelEmitter):
         return out
 
     def _store(self, op) -> None:
-        """Pairs of adjacent columns go out as one store, inside rows only."""
+        """Pairs of adjacent columns go out as one store, inside rows only; a value over
+        the rows alone (a log-sum-exp) from the first lane of each quad."""
         b, intr, sk = self.b, self.intr, self.sk
         buf = self.buffers[op.attr("buffer")]
         values = self.values[op.args[0]]
         base = self.args[("buffer", buf.name)]
         src_axes = self.ops[op.args[0]].axes
+        col_axis = self._col_axis(src_axes)
+        width = sk.width(col_axis) if col_axis else 1
+        first_lane = b.icmp_signed("==", b.and_(self.lane, L.i32(3)), L.i32(0))
         for half in range(2 * sk.row_blocks):
             row = b.add(self.row_base, L.i32(8 * half))
             row_in = b.icmp_signed("<", row, self.size(sk.rows_axis))
             row_at = b.add(self.offsets[buf.name],
-                           b.mul(b.zext(row, L.I64), ir.Constant(L.I64, sk.cols)))
-            for je in range(sk.cols_pad // 8):
+                           b.mul(b.zext(row, L.I64), ir.Constant(L.I64, width)))
+            if col_axis is None:
+                bits = [L.encode(b, intr, values[self.project((half, None), src_axes)],
+                                 buf.dtype)]
+                ptr = b.gep(base, [b.mul(row_at, ir.Constant(L.I64, buf.dtype.itemsize))])
+                asm_store(b, b.ptrtoint(ptr, L.I64), b.and_(row_in, first_lane), bits,
+                          buf.dtype)
+                continue
+            for je in range(sk.pad(col_axis) // 8):
                 col = b.add(self.lane_col, L.i32(8 * je))
-                inside = b.and_(row_in, b.icmp_signed("<", col, L.i32(sk.cols)))
+                inside = b.and_(row_in, b.icmp_signed("<", col, L.i32(width)))
                 bits = [L.encode(b, intr, values[self.project((half, (je, e)), src_axes)],
                                  buf.dtype) for e in (0, 1)]
                 element = b.add(row_at, b.zext(col, L.I64))
                 ptr = b.gep(base, [b.mul(element, ir.Constant(L.I64, buf.dtype.itemsize))])
                 asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits, buf.dtype)
-

@@ -43,12 +43,12 @@ class NotStreamable(Exception):
 class Stream:
     """The roles in one streamed softmax-weighted contraction."""
     out: Node                  # the value stored (the T-sum, or a cast/name of it)
-    total: Node                # sum(p * v, over=T)
+    total: Node | None         # sum(p * v, over=T); None for the log-sum-exp alone
     scores: Node               # the contraction sum(q * k, over=D)
     logits: Node               # f(scores): what the softmax normalises
     q: Node
     k: Node
-    v: Node
+    v: Node | None             # None: a statistics kernel storing the log-sum-exp
     batch: tuple[str, ...]
     rows: str                  # S
     keys: str                  # T, the streamed axis
@@ -57,6 +57,10 @@ class Stream:
 
     def text(self) -> str:
         batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
+        if self.v is None:
+            return (f"stream {self.keys}: log-sum-exp over {self.keys} of "
+                    f"{self.q.attr('name')}.{self.k.attr('name')} (over {self.depth}), rows "
+                    f"{self.rows}{batch}")
         return (f"stream {self.keys}: softmax over {self.keys} of "
                 f"{self.q.attr('name')}.{self.k.attr('name')} (over {self.depth}) weighting "
                 f"{self.v.attr('name')}, rows {self.rows}, columns {self.cols}{batch}")
@@ -98,6 +102,18 @@ def find_stream(out: Node) -> Stream:
             break
     else:
         raise NotStreamable(f"the sum over {keys} is not of softmax(...) * an input")
+    logits = softmax_logits(p, keys)
+    scores = _scores_of(logits)
+    depth = scores.attr("axis")
+    q, k = _operands(scores, keys)
+    return _check_axes(Stream(out, total, scores, logits, q, k, v, (), "", keys, depth, ""))
+
+
+def softmax_logits(p: Node, keys: str) -> Node:
+    """x where p = exp(x - max(x, over=keys)) / sum(exp(x - max(x, over=keys)), over=keys)
+    (the max seen through stop_gradient); NotStreamable otherwise."""
+    if p.op != "div":
+        raise NotStreamable(f"the weights are not exp(x) / sum(exp(x), over={keys})")
     e, z = (_skip(i) for i in p.inputs)
     if not (_is(z, "sum", keys) and _skip(z.inputs[0]) is e and e.op == "exp"):
         raise NotStreamable(f"the weights are not exp(x) / sum(exp(x), over={keys})")
@@ -109,10 +125,16 @@ def find_stream(out: Node) -> Stream:
         shift = _skip(shift.inputs[0])
     if not (_is(shift, "max", keys) and _skip(shift.inputs[0]) is logits):
         raise NotStreamable(f"the exponent is not x - max(x, over={keys})")
+    return logits
+
+
+def find_logsumexp(out: Node, logits: Node, keys: str) -> Stream:
+    """The roles of the log-sum-exp over `keys` of `logits` (out, over the other axes,
+    is what is stored): a streamed statistics kernel, the online softmax without v."""
     scores = _scores_of(logits)
-    depth = scores.attr("axis")
     q, k = _operands(scores, keys)
-    return _check_axes(Stream(out, total, scores, logits, q, k, v, (), "", keys, depth, ""))
+    return _check_axes(Stream(out, None, scores, logits, q, k, None, (), "", keys,
+                              scores.attr("axis"), ""))
 
 
 def _scores_of(logits: Node) -> Node:
@@ -157,13 +179,18 @@ def _check_axes(st: Stream) -> Stream:
     # k and v may lack batch axes of q (grouped-query attention: q over [G, R], k and v
     # over [G], broadcast by name over the R query heads of each group).
     kv_batch = tuple(a for a in batch if a in k.axes)
-    cols = [a for a in v.axes if a not in (t,) + batch]
-    if len(cols) != 1:
-        raise NotStreamable(f"v has {len(cols)} value axes, not one")
-    e = cols[0]
-    want = {"q": batch + (s, d), "k": kv_batch + (t, d), "v": kv_batch + (t, e),
-            "the output": batch + (s, e)}
-    have = {"q": q.axes, "k": k.axes, "v": v.axes, "the output": st.out.axes}
+    want = {"q": batch + (s, d), "k": kv_batch + (t, d)}
+    have = {"q": q.axes, "k": k.axes, "the output": st.out.axes}
+    e = ""
+    if v is None:            # the log-sum-exp alone: stored over the rows
+        want["the output"] = batch + (s,)
+    else:
+        cols = [a for a in v.axes if a not in (t,) + batch]
+        if len(cols) != 1:
+            raise NotStreamable(f"v has {len(cols)} value axes, not one")
+        e = cols[0]
+        want.update({"v": kv_batch + (t, e), "the output": batch + (s, e)})
+        have["v"] = v.axes
     for name, axes in want.items():
         if have[name] != axes:
             raise NotStreamable(f"{name} is stored [{','.join(have[name])}]; streaming takes "
@@ -174,7 +201,7 @@ def _check_axes(st: Stream) -> Stream:
             raise NotStreamable(f"the scores read {n.attr('name')!r} over "
                                 f"[{','.join(n.axes)}]; a streamed tile reads tensors over "
                                 f"the batch axes, {s} and {t} only")
-    dtypes = {q.dtype, k.dtype, v.dtype}
+    dtypes = {q.dtype, k.dtype} | ({v.dtype} if v is not None else set())
     if len(dtypes) != 1 or q.dtype not in (DType.BF16, DType.FP16):
         raise NotStreamable(f"q, k, v are {'/'.join(sorted(str(x) for x in dtypes))}; "
                             "streaming takes bf16 or fp16 for all three")
@@ -183,7 +210,7 @@ def _check_axes(st: Stream) -> Stream:
 
 def check_sizes(st: Stream, sizes: dict[str, int]) -> None:
     """What the sizes must allow: head dimensions in registers, 16-byte rows."""
-    for axis in (st.depth, st.cols):
+    for axis in (st.depth, st.cols) if st.v is not None else (st.depth,):
         n = sizes[axis]
         if n > MAX_HEAD:
             raise NotStreamable(f"{axis} = {n}: a streamed tile holds at most {MAX_HEAD}")

@@ -28,6 +28,7 @@ from plait.dsl.node import topo_order
 
 from .kernels import KernelPlan
 from .policy import ResolvedPolicy
+from .streaming import Stream
 from .tile import TileProgram, _Builder, build_tile_programs
 
 NEG_INF = float("-inf")
@@ -40,15 +41,16 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     rows = st.batch + (st.rows,)
     out_axes = rows + (st.cols,)
     step = dict(plan.schedule.stream)[st.keys]
-    for name in (st.q, st.k, st.v):
+    for name in (st.q, st.k, st.v) if st.v is not None else (st.q, st.k):
         b.use_buffer(name.attr("name"))
     q = b.emit("load", (), st.q.axes, st.q.dtype, buffer=st.q.attr("name"))
     m0 = b.emit("const", (), (), f32, value=NEG_INF)
     zero = b.emit("const", (), (), f32, value=0.0)
-    loop = b.emit("loop", (m0, zero, zero), (), f32, axis=st.keys, step=step)
+    carry = (m0, zero, zero) if st.v is not None else (m0, zero)
+    loop = b.emit("loop", carry, (), f32, axis=st.keys, step=step)
     m = b.emit("carried", (), rows, f32, loop=loop, index=0)
     l_ = b.emit("carried", (), rows, f32, loop=loop, index=1)
-    acc = b.emit("carried", (), out_axes, f32, loop=loop, index=2)
+    acc = b.emit("carried", (), out_axes, f32, loop=loop, index=2) if st.v is not None else None
     k = b.emit("load", (), st.k.axes, st.k.dtype, buffer=st.k.attr("name"), stream=st.keys)
     scores = b.emit("dot", (q, k), st.scores.axes, f32, over=st.depth)
     b.value[st.scores.uid] = scores
@@ -78,6 +80,8 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     alpha = b.emit("exp", (b.emit("sub", (m, m_safe), rows, f32),), rows, f32)
     l_new = b.emit("add", (b.emit("mul", (l_, alpha), rows, f32),
                            b.emit("sum", (p,), rows, f32, axis=st.keys)), rows, f32)
+    if st.v is None:
+        return _logsumexp_end(b, plan, buffers, loop, m_new, l_new, rows)
     v = b.emit("load", (), st.v.axes, st.v.dtype, buffer=st.v.attr("name"), stream=st.keys)
     # The weights enter the tensor cores in v's dtype, as the flash kernels round them.
     p_in = b.emit("round", (p,), s_axes, f32, round=st.v.dtype)
@@ -90,10 +94,29 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     one = b.emit("const", (), (), f32, value=1.0)
     inv = b.emit("recip", (b.emit("where", (none, one, l_end), rows, f32),), rows, f32)
     out = b.emit("mul", (acc_end, inv), out_axes, f32)
-    out = _finish(b, st, out, out_axes)
-    out_name = plan.outputs[0][0]
-    b.use_buffer(out_name)
-    b.emit("store", (out,), buffers[out_name].axes, buffers[out_name].dtype, buffer=out_name)
+    return finish_program(b, plan, buffers, _finish(b, st, out, out_axes))
+
+
+def _logsumexp_end(b: _Builder, plan: KernelPlan, buffers: dict, loop: int, m_new: int,
+                   l_new: int, rows) -> TileProgram:
+    """The statistics kernel's end: lse = m + log(l), stored; +inf for a row whose keys
+    are all masked (l = 0), so that exp(x - lse) weighs each of them 0, not NaN."""
+    f32 = DType.FP32
+    b.emit("yield", (m_new, l_new), (), f32, loop=loop)
+    m_end = b.emit("result", (), rows, f32, loop=loop, index=0)
+    l_end = b.emit("result", (), rows, f32, loop=loop, index=1)
+    none = b.emit("eq", (l_end, b.emit("const", (), (), f32, value=0.0)), rows, DType.BOOL)
+    lse = b.emit("add", (b.emit("log", (l_end,), rows, f32), m_end), rows, f32)
+    lse = b.emit("where", (none, b.emit("const", (), (), f32, value=float("inf")), lse),
+                 rows, f32)
+    return finish_program(b, plan, buffers, lse)
+
+
+def finish_program(b: _Builder, plan: KernelPlan, buffers: dict, *values: int) -> TileProgram:
+    """Store each value into the plan's output of the same position; the program."""
+    for (name, _), value in zip(plan.outputs, values):
+        b.use_buffer(name)
+        b.emit("store", (value,), buffers[name].axes, buffers[name].dtype, buffer=name)
     ordered = [n for n in b.used_buffers if buffers[n].role == "input"] + \
               [n for n in b.used_buffers if buffers[n].role != "input"]
     return TileProgram(plan.name, plan.axes, plan.schedule.grid,
@@ -143,10 +166,18 @@ def _finish(b: _Builder, st, value: int, axes) -> int:
 def build_all_tile_programs(kg, policy: ResolvedPolicy) -> list[TileProgram]:
     """The tile program of every kernel: streamed ones by the loop above, the others by
     `tile.build_tile_programs`."""
+    from .tile_stream_sums import build_sums_program
     buffers = {b.name: b for b in kg.buffers}
     plain = iter(build_tile_programs(kg, policy, [p for p in kg.kernels if p.stream is None]))
-    return [build_stream_program(p, buffers, policy) if p.stream is not None else next(plain)
-            for p in kg.kernels]
+    out = []
+    for p in kg.kernels:
+        if p.stream is None:
+            out.append(next(plain))
+        elif isinstance(p.stream, Stream):
+            out.append(build_stream_program(p, buffers, policy))
+        else:
+            out.append(build_sums_program(p, buffers, policy))
+    return out
 
 
 def loop_body(ops, loop_id: int) -> tuple[list, object]:

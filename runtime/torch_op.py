@@ -149,7 +149,7 @@ def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedu
     import torch
 
     from plait.autodiff.reverse import grad_name
-    from plait.autodiff.torch_bridge import _renamed, bind_arguments, saved_by_schedule
+    from plait.autodiff.torch_bridge import _renamed, bind_arguments, default_save
     from plait.autodiff.transform import forward_with_saved, grad
 
     from .torch_op_eager import PlainCall
@@ -165,7 +165,7 @@ def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedu
             return wrapper
         raise PlaitError(f"torch op {qualname} is already registered for {old_algo.name}; "
                          "pass another name=")
-    save = saved_by_schedule(algo, grad_schedule) if save is None else tuple(save)
+    save = default_save(algo, wrt, grad_schedule, save)
     try:
         bwd = grad(algo, wrt, save=save)
     except PlaitError:
@@ -240,6 +240,10 @@ def _wire_autograd(op, backward_op, algo, bwd, fwd_names: list[str], n_user: int
     wrt = set(bwd.wrt)
     n_fwd = len(fwd_names)
     grad_names = list(bwd.graph().outputs)
+    # What the backward reads of the forward's outputs: the saved intermediates, and an
+    # output itself where it is saved (attention's row term reads `out`).
+    bwd_params = {p.name for p in bwd.params}
+    kept = [i for i, n in enumerate(fwd_names) if n in bwd_params]
 
     def setup_context(ctx, inputs, output):
         for p, v in zip(params, inputs):
@@ -248,7 +252,7 @@ def _wire_autograd(op, backward_op, algo, bwd, fwd_names: list[str], n_user: int
                                  f"differentiates only {', '.join(bwd.wrt)}; detach it")
         outs = [output] if n_fwd == 1 else list(output)
         tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
-        ctx.save_for_backward(*tensors, *outs[n_user:])
+        ctx.save_for_backward(*tensors, *(outs[i] for i in kept))
         ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in inputs]
         ctx.n_tensors = len(tensors)
 
@@ -262,7 +266,7 @@ def _wire_autograd(op, backward_op, algo, bwd, fwd_names: list[str], n_user: int
                 for c, (shape, dtype) in zip(cotangents[:n_user], meta)]
         by_name = {p.name: v for p, v in zip(params, values)}
         by_name.update((grad_name(n), c) for n, c in zip(fwd_names[:n_user], cots))
-        by_name.update(zip(fwd_names[n_user:], saved))
+        by_name.update(zip((fwd_names[i] for i in kept), saved))
         grads = backward_op(*(by_name[p.name] for p in bwd.params))
         grads = dict(zip(grad_names, [grads] if len(grad_names) == 1 else list(grads)))
         return tuple(grads.get(grad_name(p.name)) if p.is_tensor else None for p in params)

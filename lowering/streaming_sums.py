@@ -1,0 +1,180 @@
+"""Stage 2 rewrite: sums over one axis of weights times an input, streamed along that axis.
+
+Attention's derived backward is made of such sums. With P the softmax of the scores
+over T, dP = sum(dout * v, over=E) and Δ the row term,
+
+    dq = sum(((dP - Δ) * P * scale) * k, over=T)     rows S, streamed T
+    dk = sum(((dP - Δ) * P * scale) * q, over=S)     rows T, streamed S
+    dv = sum(P * dout, over=S)                       rows T, streamed S
+
+Each is `sum(w * b, over=X)` with b an input over [batch, X, C] and the weight w an
+elementwise function, over [batch, R, X], of contractions of two inputs (one over R,
+one over X), of tensors over the batch axes, R and X, and of positions. Walked X a tile
+at a time, the block keeps the [R tile, C] sum in registers and never writes w: a loop
+of dots with no carried state but the sums (the forward's online softmax needs more).
+
+What w must not hold is another reduction along R or X: those are staged before the
+loop (`stream_staging.py`): the softmax P becomes exp(x - lse) with the log-sum-exp lse
+of its logits computed by a streamed statistics kernel, and a row term such as Δ a
+temporary of its own. `find_sum` names the roles once that is done; NotStreamable says
+why a sum is not one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.dtypes import DType
+from plait.dsl.node import OPS, Node, topo_order
+
+from .streaming import MAX_HEAD, PASS_THROUGH, SCORE_SOURCES, NotStreamable, _skip, _uncast
+
+
+@dataclass(frozen=True)
+class SumTerm:
+    """One output of a streamed-sum kernel: sum(weight * operand, over=keys)."""
+    name: str                  # the output buffer
+    out: Node                  # the value stored (the sum, or a cast/permute of it)
+    total: Node                # the sum over the streamed axis
+    weight: Node               # w over [batch, rows, keys]
+    operand: Node              # b, an input over [batch, keys, cols]
+    cols: str
+
+
+@dataclass(frozen=True)
+class StreamedSums:
+    """The roles in one kernel of streamed sums sharing their rows and streamed axis."""
+    terms: tuple[SumTerm, ...]
+    scores: tuple[Node, ...]     # contractions sum(a * c, over=depth) inside the weights
+    residents: tuple[Node, ...]  # inputs over [batch, rows, width]: copied once per block
+    streamed: tuple[Node, ...]   # inputs over [batch, keys, width]: copied each step
+    batch: tuple[str, ...]
+    rows: str
+    keys: str
+    softmax: tuple[Node, ...] = ()  # exp(x - lse) nodes the stager put in place of softmaxes
+
+    def text(self) -> str:
+        outs = ", ".join(t.name for t in self.terms)
+        batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
+        names = lambda ns: ", ".join(n.attr("name") for n in ns)  # noqa: E731
+        return (f"stream {self.keys}: sums over {self.keys} giving {outs}, rows {self.rows}, "
+                f"reading {names(self.residents)} per block and {names(self.streamed)} per "
+                f"step{batch}")
+
+
+def split_sum(out: Node) -> tuple[Node, Node, Node, str]:
+    """(total, weight, operand, streamed axis) of out = sum(w * b, over=X) behind casts
+    and permutes, b an input; NotStreamable otherwise."""
+    total = _skip(out)
+    while total.op == "cast" and total.inputs[0].dtype.is_float:
+        total = _skip(total.inputs[0])
+    if total.op != "sum":
+        raise NotStreamable("the output is not a sum")
+    keys = total.attr("axis")
+    prod = _skip(total.inputs[0])
+    if prod.op != "mul":
+        raise NotStreamable(f"the sum over {keys} is not of a product")
+    for w, b in (prod.inputs, prod.inputs[::-1]):
+        w, b = _skip(w), _uncast(_skip(b))
+        if b.op == "input" and keys in b.axes and keys in w.axes \
+                and set(b.axes) - set(w.axes):
+            return total, w, b, keys
+    raise NotStreamable(f"the sum over {keys} is not of a weight times an input that "
+                        "runs along it")
+
+
+def _term(name: str, out: Node) -> tuple[SumTerm, tuple, str]:
+    total, w, b, keys = split_sum(out)
+    # The rows: the weight's innermost axis the operand lacks; the weight's other axes
+    # are the batch, which the operand may lack some of (grouped-query heads share k, v).
+    lacking = [a for a in w.axes if a not in b.axes]
+    cols = [a for a in b.axes if a not in w.axes]
+    if not lacking or len(cols) != 1:
+        raise NotStreamable(f"the operand of {name} runs along {len(cols)} axes the weight "
+                            "lacks; streaming takes one")
+    rows = lacking[-1]
+    batch = tuple(a for a in w.axes if a not in (keys, rows))
+    want = tuple(a for a in batch if a in b.axes) + (keys, cols[0])
+    if b.axes != want:
+        raise NotStreamable(f"{b.attr('name')} is stored [{','.join(b.axes)}]; streaming "
+                            f"takes [{','.join(want)}]")
+    if set(out.axes) != set(batch + (rows, cols[0])):
+        raise NotStreamable(f"{name} is over [{','.join(out.axes)}]")
+    return SumTerm(name, out, total, w, b, cols[0]), batch, rows
+
+
+def find_sums(terms: dict[str, Node]) -> StreamedSums:
+    """The roles of outputs that are sums over one streamed axis with shared rows (their
+    reductions other than the score contractions already staged out)."""
+    found = [_term(name, out) for name, out in terms.items()]
+    batch, rows = found[0][1], found[0][2]
+    keys = found[0][0].total.attr("axis")
+    for term, b, r in found:
+        if (b, r, term.total.attr("axis")) != (batch, rows, keys):
+            raise NotStreamable(f"{term.name} streams another axis or other rows than "
+                                f"{found[0][0].name}")
+    scores, residents, streamed = [], {}, {}
+    for term, _, _ in found:
+        streamed.setdefault(term.operand.attr("name"), term.operand)
+        nodes = topo_order([term.weight])
+        for n in nodes:
+            if n.op in OPS and OPS[n.op].kind == "reduce":
+                a, c = _contraction(n, batch, rows, keys)
+                if n not in scores:
+                    scores.append(n)
+                residents.setdefault(a.attr("name"), a)
+                streamed.setdefault(c.attr("name"), c)
+        inside = {m.uid for s in scores for m in topo_order([s])}
+        for n in nodes:
+            if n.uid in inside:
+                continue
+            if n.op == "input":
+                if not set(n.axes) <= set(batch + (rows, keys)):
+                    raise NotStreamable(f"the weight of {term.name} reads "
+                                        f"{n.attr('name')!r} over [{','.join(n.axes)}]")
+            elif n.op not in SCORE_SOURCES and n.op not in PASS_THROUGH and \
+                    n.op != "stop_gradient" and (n.op not in OPS or
+                                                 OPS[n.op].kind != "elementwise"):
+                raise NotStreamable(f"the weight of {term.name} passes through {n.op}")
+    tensors = list(residents.values()) + list(streamed.values())
+    if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in (DType.BF16, DType.FP16):
+        raise NotStreamable("the tensors of a streamed sum are " +
+                            "/".join(sorted({str(t.dtype) for t in tensors})) +
+                            "; streaming takes bf16 or fp16 for all")
+    overlap = set(residents) & set(streamed)
+    if overlap:
+        raise NotStreamable(f"{', '.join(sorted(overlap))} is read both per block and per step")
+    return StreamedSums(tuple(t for t, _, _ in found), tuple(scores),
+                        tuple(residents.values()), tuple(streamed.values()), batch, rows, keys)
+
+
+def _contraction(n: Node, batch, rows: str, keys: str) -> tuple[Node, Node]:
+    """(resident, streamed) operands of a score contraction sum(a * c, over=depth)."""
+    depth = n.attr("axis")
+    prod = _skip(n.inputs[0])
+    if n.op != "sum" or prod.op != "mul":
+        raise NotStreamable(f"the weights hold a {n.op} over {depth} that is not a "
+                            "contraction (it should have been staged before the loop)")
+    a, c = (_uncast(_skip(i)) for i in prod.inputs)
+    if keys in a.axes:
+        a, c = c, a
+    if a.op != "input" or c.op != "input":
+        raise NotStreamable(f"the contraction over {depth} in the weights has computed "
+                            "operands")
+    for t, axis, full in ((a, rows, True), (c, keys, False)):
+        want = tuple(x for x in batch if full or x in t.axes) + (axis, depth)
+        if t.axes != want:
+            raise NotStreamable(f"{t.attr('name')} is stored [{','.join(t.axes)}]; a streamed "
+                                f"sum takes [{','.join(want)}]")
+    return a, c
+
+
+def check_sum_sizes(ss: StreamedSums, sizes: dict[str, int]) -> None:
+    """Rows of every tile whole 16 bytes, widths held in registers."""
+    widths = {t.axes[-1] for t in ss.residents + ss.streamed}
+    for axis in sorted(widths):
+        n = sizes[axis]
+        if n > MAX_HEAD:
+            raise NotStreamable(f"{axis} = {n}: a streamed tile holds at most {MAX_HEAD}")
+        if n % 8:
+            raise NotStreamable(f"{axis} = {n}: rows of the streamed tensors must be whole "
+                                "16 bytes (a multiple of 8 elements)")

@@ -1,0 +1,69 @@
+"""Tier 2 twin of tests/lowering/test_streaming_backward.py: attention's derived, streamed
+backward on the GPU against float64 gradients of the same inputs (odd shapes, masks,
+fully masked rows, grouped queries), and trained through the torch bridge against torch
+SDPA's autograd."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lowering"))
+import plait  # noqa: E402
+from plait.autodiff import grad, to_torch  # noqa: E402
+from test_streaming import CASES, _extra, _shapes  # noqa: E402
+from test_streaming_backward import NOT_GROUPED, late, reference_grads  # noqa: E402
+
+BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 128}),
+          (CASES[2][0], {"B": 1, "H": 2, "S": 1000, "T": 1000, "D": 64, "E": 64}),
+          (CASES[0][0], {"B": 1, "H": 2, "S": 384, "T": 1000, "D": 96, "E": 96}),
+          (late, {"B": 1, "H": 2, "S": 80, "T": 70, "D": 16, "E": 24})]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("algo,sizes", NOT_GROUPED + BIGGER,
+                         ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
+def test_streamed_backward_on_the_gpu(algo, sizes, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+               for shape in _shapes(sizes).values())
+    dout = torch.randn(*q.shape[:-1], sizes["E"], generator=gen, device="cuda").to(dtype)
+    scale = sizes["D"] ** -0.5
+    extra = _extra(algo, sizes)
+    ref, out = reference_grads(algo.name, *(t.cpu().double().numpy() for t in (q, k, v)),
+                               dout.cpu().double().numpy(), scale, extra=extra)
+    bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
+    extra_t = {n: torch.from_numpy(a).cuda() for n, a in extra.items()}
+    # out in the forward's dtype (the documents' fp32 bias promotes it to fp32).
+    out_dtype = torch.float32 if extra else dtype
+    got = plait.run(bwd, q, k, v, **extra_t, scale=scale, dout=dout,
+                    out=torch.from_numpy(out).cuda().to(out_dtype))
+    step = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    for name, want in ref.items():
+        have = got[name].cpu().double().numpy()
+        assert not np.isnan(have).any(), name
+        assert np.abs(have - want).max() < 8 * step * max(1.0, np.abs(want).max()), name
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_training_through_the_bridge_matches_sdpa(causal):
+    """to_torch keeps the forward's output for the backward (its row term reads it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from attention import attention, causal_attention
+    fn = to_torch(causal_attention if causal else attention)
+    assert fn.saved == ("out",)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    leaves = [torch.randn(2, 4, 333, 64, generator=gen, device="cuda", dtype=torch.bfloat16)
+              .requires_grad_() for _ in range(3)]
+    out = fn(*leaves, scale=0.125)
+    dout = torch.randn_like(out)
+    mine = torch.autograd.grad(out, leaves, dout)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    ref = torch.nn.functional.scaled_dot_product_attention(*exact, is_causal=causal, scale=0.125)
+    theirs = torch.autograd.grad(ref, exact, dout.double())
+    for a, b in zip(mine, theirs):
+        top = b.abs().max().item()
+        assert (a.double() - b).abs().max().item() < 0.03 * top

@@ -1,0 +1,186 @@
+"""Attention's derived backward is streamed: dq walks the keys, dk and dv walk the queries
+(one kernel), with the softmax recomputed from a log-sum-exp kernel and the row term
+sum(dout * out) read from the saved output (lowering/stream_staging.py,
+streaming_sums.py, tile_stream_sums.py). The CPU executor of every kernel is checked
+against float64 gradients written here from the formulas, on odd shapes with masks, and
+each program is assembled for sm_80 and sm_90a (the GPU tier runs them:
+tests/gpu/test_streaming_backward_gpu.py)."""
+import numpy as np
+import pytest
+from test_streaming import CASES, _extra, _inputs
+
+from plait.autodiff import grad
+from plait.dsl import DType, Tensor, algorithm, index, softmax, sum, where
+from plait.lowering.pipeline import compile_program, emulate, lower
+from plait.lowering.stream_plan import StreamKernel
+from plait.runtime.ptxas import find_ptxas, resource_usage
+from plait.schedule import Schedule
+
+ptxas = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas (pip install nvidia-cuda-nvcc)")
+SCALE = 0.125
+NOT_GROUPED = [c for c in CASES if c[0].name != "grouped"]
+
+
+def reference_grads(name, q, k, v, dout, scale, cap=5.0, extra=None):
+    """dq, dk, dv of attention in float64: p = softmax(f(q.k * scale)) with f the mask
+    (and soft cap) of each example; a row whose keys are all masked has p = 0."""
+    q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    raw = np.einsum("bhsd,bhtd->bhst", q, k) * scale
+    S, T = raw.shape[-2:]
+    rows, cols = np.arange(S)[:, None], np.arange(T)[None, :]
+    visible = np.ones(raw.shape, bool)
+    s, dcap = raw, np.ones(raw.shape)
+    if name == "documents":
+        s = raw + np.asarray(extra["bias"], np.float64)[:, None, None, :]
+        visible = extra["doc_q"][:, None, :, None] == extra["doc_k"][:, None, None, :]
+    elif name == "window":
+        s = cap * np.tanh(raw / cap)
+        dcap = 1 - np.tanh(raw / cap) ** 2
+        visible = np.broadcast_to((cols <= rows) & (cols > rows - 40), raw.shape)
+    elif name == "causal":
+        visible = np.broadcast_to(cols <= rows, raw.shape)
+    elif name == "late":
+        visible = np.broadcast_to(rows < 50, raw.shape)
+    s = np.where(visible, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = e.sum(-1, keepdims=True)
+    p = e / np.where(total == 0, 1.0, total)
+    out = np.einsum("bhst,bhte->bhse", p, v)
+    dp = np.einsum("bhse,bhte->bhst", dout, v)
+    ds = p * (dp - (dout * out).sum(-1)[..., None]) * dcap * scale
+    return {"dq": np.einsum("bhst,bhtd->bhsd", ds, k), "dk": np.einsum("bhst,bhsd->bhtd", ds, q),
+            "dv": np.einsum("bhst,bhse->bhte", p, dout)}, out
+
+
+def _backward(algo, dtype, extra, save=("out",)):
+    bwd = grad(algo, wrt=["q", "k", "v"], save=save)
+    # dout (and out) in the inputs' dtype: the fp32 bias would otherwise promote them.
+    dtypes = {**{n: dtype for n in ("q", "k", "v", "dout") + save},
+              **{n: "int32" for n in extra if "doc" in n}, **({"bias": "fp32"} if extra else {})}
+    return bwd.graph(dtypes)
+
+
+def _run(algo, sizes, dtype, save=("out",)):
+    inputs = _inputs(sizes, dtype)
+    extra = _extra(algo, sizes)
+    rng = np.random.default_rng(7)
+    dout = rng.standard_normal((sizes["B"], sizes["H"], sizes["S"], sizes["E"])).astype(
+        inputs["q"].dtype)
+    ref, out = reference_grads(algo.name, *(inputs[n] for n in "qkv"), dout, SCALE,
+                               extra=extra)
+    args = {**inputs, **extra, "dout": dout}
+    if save:
+        args["out"] = out.astype(inputs["q"].dtype)
+    graph = _backward(algo, dtype, extra, save)
+    got = emulate(graph, None, sizes, args, {"scale": SCALE}, "sm_90a")
+    return graph, got, ref
+
+
+@pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16])
+@pytest.mark.parametrize("algo,sizes", NOT_GROUPED, ids=lambda c: getattr(c, "name", None))
+def test_streamed_backward_matches_float64(algo, sizes, dtype):
+    graph, got, ref = _run(algo, sizes, dtype)
+    text = lower(graph, None, sizes, True, "sm_90a").kernel_graph.text()
+    for out in ("dq", "dk, dv"):
+        assert f"sums over {'T' if out == 'dq' else 'S'} giving {out}" in text, text
+    assert "temp" in text and "[B,H,S,T]" not in text     # no score ever in memory
+    step = 2.0 ** -8 if dtype == DType.BF16 else 2.0 ** -11
+    for name, want in ref.items():
+        have = np.asarray(got[name], np.float64)
+        assert not np.isnan(have).any(), name
+        # The weights enter the tensor cores rounded to the inputs' dtype, as in the
+        # flash kernels; the sums then run over up to 200 of them.
+        assert np.abs(have - want).max() < 8 * step * max(1.0, np.abs(want).max()), name
+
+
+def test_without_the_saved_output_the_forward_is_recomputed_streamed():
+    algo, sizes = CASES[2]                       # causal, S < T
+    graph, got, ref = _run(algo, sizes, DType.BF16, save=())
+    text = lower(graph, None, sizes, True, "sm_90a").kernel_graph.text()
+    assert "softmax over T of q.k (over D) weighting v" in text
+    assert "log-sum-exp over T of q.k" in text
+    for name, want in ref.items():
+        have = np.asarray(got[name], np.float64)
+        assert np.abs(have - want).max() < 8 * 2.0 ** -8 * max(1.0, np.abs(want).max())
+
+
+@algorithm
+def late(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+         v: Tensor["B", "H", "T", "E"], scale: float = 0.125):
+    """Queries from 50 on see no key at all."""
+    s = where(index("S") < 50, sum(q * k, over="D") * scale, float("-inf"))
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+def test_fully_masked_rows_get_zero_gradients():
+    """Their p is 0, not the NaN of exp(-inf - -inf): dq is 0 there, and they add
+    nothing to dk and dv."""
+    sizes = {"B": 1, "H": 2, "S": 80, "T": 70, "D": 16, "E": 24}
+    graph, got, ref = _run(late, sizes, DType.BF16)
+    dq = np.asarray(got["dq"], np.float64)
+    assert (dq[:, :, 50:] == 0).all()
+    assert np.abs(dq[:, :, :50]).max() > 0.01
+    for name in ("dk", "dv"):
+        have = np.asarray(got[name], np.float64)
+        assert np.abs(have - ref[name]).max() < 8 * 2.0 ** -8 * max(1, np.abs(ref[name]).max())
+
+
+def test_grouped_queries_stream_dq():
+    algo, sizes = next(c for c in CASES if c[0].name == "grouped")
+    graph = grad(algo, wrt=["q", "k", "v"], save=("out",)).graph({n: DType.BF16 for n in "qkv"})
+    text = lower(graph, None, sizes, True, "sm_90a").kernel_graph.text()
+    assert "sums over T giving dq, rows S, reading dout, q per block and k, v per step " \
+        "batch [B,G,R]" in text
+    # dk and dv sum over the R query heads of a group as well as over S: not yet streamed.
+    assert "giving dk" not in text and "giving dv" not in text
+    inputs = _inputs(sizes, DType.BF16)
+    b, g, r, S = inputs["q"].shape[:4]
+    dout = np.random.default_rng(5).standard_normal((b, g, r, S, sizes["E"])).astype(
+        inputs["q"].dtype)
+    heads = lambda x: x.reshape(b, g * r, *x.shape[3:])  # noqa: E731
+    ref, out = reference_grads("attention", heads(inputs["q"]), np.repeat(inputs["k"], r, 1),
+                               np.repeat(inputs["v"], r, 1), heads(dout), SCALE)
+    got = emulate(graph, None, sizes, {**inputs, "dout": dout, "out": out.reshape(
+        dout.shape).astype(dout.dtype)}, {"scale": SCALE}, "sm_90a")
+    want = {"dq": ref["dq"].reshape(got["dq"].shape),
+            "dk": ref["dk"].reshape(b, g, r, *ref["dk"].shape[2:]).sum(2),
+            "dv": ref["dv"].reshape(b, g, r, *ref["dv"].shape[2:]).sum(2)}
+    for name, w in want.items():
+        have = np.asarray(got[name], np.float64)
+        assert np.abs(have - w).max() < 8 * 2.0 ** -8 * max(1.0, np.abs(w).max()), name
+
+
+def test_stream_false_keeps_the_backward_in_memory():
+    algo, sizes = CASES[0]
+    graph = _backward(algo, DType.BF16, {})
+    s = Schedule.from_dict({"algorithm": graph.name, "stream": False})
+    text = lower(graph, s, sizes, True, "sm_90a").kernel_graph.text()
+    assert "(streamed)" not in text
+
+
+def test_the_schedule_sets_the_backward_tiles():
+    algo, sizes = CASES[0]
+    graph = _backward(algo, DType.BF16, {})
+    s = Schedule.from_dict({"algorithm": graph.name, "kernels": {
+        f"{graph.name}.dk": {"grid": {"T": 32}, "stream": {"S": 32}}}})
+    low = lower(graph, s, sizes, True, "sm_80")
+    dk = next(t for t in low.threads if t.name.endswith(".dk"))
+    assert (dk.rows, dk.keys, dk.warps) == (32, 32, 2)
+
+
+@ptxas
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("algo,sizes", NOT_GROUPED + [
+    (CASES[0][0], {"B": 1, "H": 2, "S": 100, "T": 90, "D": 128, "E": 128})],
+    ids=lambda c: getattr(c, "name", None) or str(c.get("D", "")))
+def test_streamed_backward_assembles(algo, sizes, target):
+    extra = _extra(algo, sizes)
+    graph = _backward(algo, DType.BF16, extra)
+    prog = compile_program(graph, None, sizes, True, target)
+    streamed = [t for t in lower(graph, None, sizes, True, target).threads
+                if isinstance(t, StreamKernel)]
+    assert len(streamed) == 3                   # lse, dq, dk+dv
+    for kernel in prog.kernels:
+        (usage,) = resource_usage(kernel.ptx, target).values()
+        assert usage.spill_stores == 0, (kernel.name, usage)
