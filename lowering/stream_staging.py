@@ -47,11 +47,21 @@ def _node(op, inputs, axes, dtype, **attrs) -> Node:
 
 
 def _has_scores(w: Node, keys: str) -> bool:
-    """Does the weight hold a contraction of two inputs, one along the streamed axis?"""
-    for n in topo_order([w]):
-        if _is_score(n, keys):
-            return True
-    return False
+    """Does the weight hold a softmax and a contraction of two inputs, one along the
+    streamed axis? (A weight without a softmax, a GEMM epilogue's gradient, keeps its
+    product in memory: recomputing it per step would cost more than reading it.)"""
+    nodes = topo_order([w])
+    return any(_is_score(n, keys) for n in nodes) and any(_is_softmax(n) for n in nodes)
+
+
+def _is_softmax(n: Node) -> bool:
+    if n.op != "div" or _skip(n.inputs[1]).op != "sum":
+        return False
+    try:
+        softmax_logits(n, _skip(n.inputs[1]).attr("axis"))
+    except NotStreamable:
+        return False
+    return True
 
 
 def _is_score(n: Node, keys: str) -> bool:
