@@ -18,7 +18,7 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, make_attrs, reductions, topo_order
-from plait.schedule.default import default_kernel_schedule
+from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
 
@@ -236,7 +236,7 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         planner.kernels.append(_stream_plan(buf, buf, st, schedule, instruction,
                                             graph.axis_order, sizes))
     for buf, value in sums.plain:
-        planner.plan(buf, {buf: value})
+        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes))
     for names, ss in sums.sums:
         for t in ss.terms:
             buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
@@ -244,6 +244,29 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         name = f"{graph.name}.{names[0]}"
         planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
                                           sizes))
+
+
+def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule | None:
+    """A row term (sum(dout * out, over=E)) reduces short rows: 128 threads take as many
+    rows as fill them, each row spread over the threads its 16-byte vectors need, where
+    the built-in schedule would give every row a block of 32 threads mostly idle."""
+    if schedule is not None and (schedule.for_kernel(name).grid or
+                                 schedule.for_kernel(name).block):
+        return None
+    axes = iteration_axes(topo_order([value]), graph.axis_order)
+    inner = axes[-1]
+    if value.op != "sum" or value.attr("axis") != inner or len(axes) < 2:
+        return None
+    itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
+    vector = vector_width(itemsize)
+    per_row = next_pow2(-(-sizes[inner] // vector))
+    if per_row > 32:
+        return None
+    rows = 128 // per_row
+    row = axes[-2]
+    grid = tuple((a, rows if a == row else 1) for a in axes[:-1])
+    return KernelSchedule(grid=grid, block=((row, AxisBlock(rows)),
+                                            (inner, AxisBlock(per_row, vector))))
 
 
 def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> KernelPlan:
