@@ -180,11 +180,15 @@ def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
     for group in groups.values():
         kept = (list(stager.out.streams), list(stager.out.plain), list(stager.out.temps),
                 dict(stager.lse), dict(stager.reduced), dict(stager.memo))
-        stager.softmax = []
         try:
             terms = {name: _with_weight(node, w, stager.weight(w, split_sum(node)[3]))
                      for name, (node, w) in group.items()}
-            ss = replace(find_sums(terms), softmax=tuple(stager.softmax))
+            ss = find_sums(terms)
+            # The softmaxes this group's weights hold (staged now or for an earlier group).
+            made = {n.uid for n in stager.softmax}
+            ss = replace(ss, softmax=tuple({n.uid: n for t in ss.terms
+                                            for n in topo_order([t.weight])
+                                            if n.uid in made}.values()))
             check_sum_sizes(ss, sizes)
         except NotStreamable as e:
             (stager.out.streams, stager.out.plain, stager.out.temps, stager.lse,

@@ -184,3 +184,20 @@ def test_streamed_backward_assembles(algo, sizes, target):
     for kernel in prog.kernels:
         (usage,) = resource_usage(kernel.ptx, target).values()
         assert usage.spill_stores == 0, (kernel.name, usage)
+
+
+def test_a_causal_mask_lets_every_backward_kernel_skip_tiles():
+    """Each streamed kernel of the causal backward marks the mask `mask=index`, which
+    the GPU kernel uses to skip tiles above the diagonal (dq over keys, dk and dv over
+    queries, the log-sum-exp)."""
+    algo, sizes = CASES[2]                       # causal
+    graph = _backward(algo, DType.BF16, {})
+    low = lower(graph, None, sizes, True, "sm_90a")
+    streamed = [t for t in low.threads if isinstance(t, StreamKernel)]
+    assert len(streamed) == 3
+    for t in streamed:
+        assert "mask=index" in t.tile.text(), t.name
+    plain = _backward(CASES[0][0], DType.BF16, {})
+    for t in lower(plain, None, CASES[0][1], True, "sm_90a").threads:
+        if isinstance(t, StreamKernel):
+            assert "mask=index" not in t.tile.text()
