@@ -1,15 +1,21 @@
-"""Stages 4-5 for a streamed tile program: the online-softmax loop as an mma.sync kernel.
+"""Stages 4-5 for a streamed tile program: its loop as an mma.sync kernel.
 
-A block takes `rows` query rows of one batch index (16 or 32 per warp) and walks the
-keys `keys` at a time. Threads copy the block's q tile once, and each key step's k and v
-tiles into one of two shared-memory stages (cp.async, 128-byte swizzle as in
-gemm_sm80), so the next step's copies overlap this step's arithmetic:
+A block takes `rows` rows of one batch index (16 or 32 per warp) and walks the streamed
+axis `keys` at a time. Threads copy the block's resident tiles once (q in the forward;
+k and v in the backward's dk/dv kernel), and each step's streamed tiles (k and v; q and
+dout) into one of two shared-memory stages (cp.async, 128-byte swizzle as in
+gemm_sm80), so the next step's copies overlap this step's arithmetic. For attention's
+forward:
 
     prologue: copy q, k0, v0; wait; q fragments into registers (ldmatrix)
     step j:   wait for tile j; bar.sync; copy tile j+1 into the other stage
               scores = q . k_j (mma.sync), then the body's ops, in registers
               acc = round(p) . v_j + acc * alpha   (p goes from accumulator to operand
                                                     registers without shared memory)
+
+The backward's sums are the same loop with other dots: each `dot` over a width axis is
+a score (resident . streamed tile), each over the streamed axis a weighted product
+(value . streamed tile, added to a carried sum).
 
 Layouts. Every value of the tile program lives in registers in the layout of an mma
 accumulator fragment, or a slice of it: lane l of a warp holds, of each 16 rows, rows
