@@ -132,6 +132,9 @@ class _Printer:
             return f'name({ops[0][0]}, {_q(n.attr("name"))})', _ATOM
         if n.op == "permute":
             return f'permute({ops[0][0]}, {_quote_axes(n.axes)})', _ATOM
+        if n.op == "rotate_half":
+            pairs = ", interleaved=True" if n.attr("interleaved") else ""
+            return f'rotate_half({ops[0][0]}, over={_q(n.attr("axis"))}{pairs})', _ATOM
         raise PlaitError(f"to_source: no DSL spelling for op {n.op!r}", n.loc)
 
     def variable(self, n: Node) -> str:

@@ -6,7 +6,7 @@ from .graph import AlgorithmGraph
 from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
 from .node import OPS, Node
 from .ops import (abs, cos, erf, exp, exp2, log, log2, logical_and, logical_not, logical_or,
-                  max, maximum, min, minimum, name, permute, rsqrt, sigmoid, sin, sqrt, stop_gradient, sum,
+                  max, maximum, min, minimum, name, permute, rotate_half, rsqrt, sigmoid, sin, sqrt, stop_gradient, sum,
                   tanh)
 from .reference import bind_sizes, evaluate
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
@@ -19,7 +19,7 @@ __all__ = [
     "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "broadcast", "cast", "cos", "index",
     "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
-    "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "round_to", "rsqrt",
+    "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
     "where",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",

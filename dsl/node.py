@@ -51,7 +51,8 @@ class OpDef:
     """What plait knows of one op, outside lowering.
 
     kind: 'source' (input, param, const, size, iota), 'elementwise', 'reduce',
-    'broadcast'. `evaluate(node, *arrays)` computes in float64 on arrays whose
+    'broadcast', 'movement' (an element reads another position of its operand along an
+    axis: rotate_half). `evaluate(node, *arrays)` computes in float64 on arrays whose
     dims follow each input node's axes (already broadcast to node.axes for
     elementwise ops). `vjp(node, g, *inputs)` returns one gradient Tensor (or
     None) per input, built with the DSL itself; None for `vjp` means the op is

@@ -161,6 +161,60 @@ def stop_gradient(x) -> Tensor:
     return new_node("stop_gradient", (x,), x.axes, x.dtype)
 
 
+# ---- data movement along an axis ---------------------------------------------
+# rotate_half is the rotary-embedding rotation R: over an axis of even size n, element
+# i < n/2 is -x[i + n/2] and element i >= n/2 is x[i - n/2] (Hugging Face's
+# cat(-x2, x1)); interleaved, each pair (2i, 2i+1) becomes (-x[2i+1], x[2i]) (GPT-J,
+# Meta's LLaMA). R is orthogonal with R^T = -R, so its vjp is -R(g). Its kind is
+# "movement", not elementwise: a result element reads another position of its operand,
+# so no pass may treat it as a per-element op (fuse it, hoist broadcasts through it).
+def _rotate_eval(n, ctx, a):
+    from .errors import PlaitError
+    axes, axis = n.inputs[0].axes, n.attr("axis")
+    k = axes.index(axis)
+    a = np.moveaxis(np.broadcast_to(a, tuple(ctx.sizes[x] for x in axes)), k, -1)
+    size = a.shape[-1]
+    if size % 2:
+        raise PlaitError(f"rotate_half over {axis!r}: the axis has odd size {size}; "
+                         "rotate_half needs an even one", n.loc)
+    if n.attr("interleaved"):
+        pairs = a.reshape(a.shape[:-1] + (size // 2, 2))
+        out = np.stack((-pairs[..., 1], pairs[..., 0]), axis=-1).reshape(a.shape)
+    else:
+        out = np.concatenate((-a[..., size // 2:], a[..., :size // 2]), axis=-1)
+    return np.moveaxis(out, -1, k)
+
+
+def _rotate_vjp(n, g, y, x):
+    return (-rotate_half(g, over=n.attr("axis"), interleaved=bool(n.attr("interleaved"))),)
+
+
+register(OpDef("rotate_half", "movement", _rotate_eval, _rotate_vjp))
+
+
+def rotate_half(x, over=None, interleaved: bool = False) -> Tensor:
+    """The rotary-embedding rotation over axis `over` (of even size n): the halves
+    (x1, x2) of the axis become (-x2, x1), so `q * cos + rotate_half(q, over="D") * sin`
+    is Hugging Face's rotary embedding. `interleaved=True` rotates each pair (2i, 2i+1)
+    to (-x[2i+1], x[2i]) instead. Integer and bool tensors are rotated as fp32."""
+    from .errors import PlaitError, user_location
+    from .tensor import _over
+    if not isinstance(x, Tensor):
+        raise PlaitError(f"rotate_half(x, ...): x must be a plait tensor, not "
+                         f"{type(x).__name__}", user_location())
+    if not isinstance(over, str):
+        raise PlaitError("rotate_half needs over=AXIS, one axis name (axes are named, "
+                         f"never positional), not {over!r}", user_location())
+    if not isinstance(interleaved, bool):
+        raise PlaitError(f"rotate_half: interleaved must be True or False, not "
+                         f"{interleaved!r}", user_location())
+    _over(x, over, "rotate_half")
+    if not x.dtype.is_float:
+        x = cast(x, DType.FP32)
+    attrs = {"interleaved": True} if interleaved else {}
+    return new_node("rotate_half", (x,), x.axes, x.dtype, axis=over, **attrs)
+
+
 def _cast_eval(n, ctx, a):
     from .dtypes import round_to
     return round_to(a, n.dtype) if ctx.round else (
@@ -224,4 +278,4 @@ def min(x, over=None):  # noqa: A001
 __all__ = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
            "sin", "cos", "maximum", "minimum", "where", "cast", "sum", "max", "min",
            "compare", "new_node", "Tensor", "DType", "broadcast", "logical_and", "logical_or",
-           "logical_not", "name", "permute", "stop_gradient"]
+           "logical_not", "name", "permute", "rotate_half", "stop_gradient"]

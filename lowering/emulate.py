@@ -14,6 +14,7 @@ import numpy as np
 from plait.dsl.dtypes import DType, round_to
 
 from . import mathfns
+from .rotate_load import source_index
 from .thread import ThreadProgram
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
@@ -127,8 +128,15 @@ def _step(m: _Machine, op, args, arrays, scalars):
         buf = arrays[op.attr("buffer")]
         axes = m.prog.buffer(op.attr("buffer")).axes
         mask = m.in_bounds(axes)
-        idx = tuple(np.where(mask, m.index(a), 0) for a in axes)
+        rotate = op.attr("rotate") or (None, None)
+        index = {a: m.index(a) for a in axes}
+        if rotate[0] is not None:
+            index[rotate[0]], negate = source_index(index[rotate[0]], m.sizes[rotate[0]],
+                                                    rotate[1])
+        idx = tuple(np.where(mask, index[a], 0) for a in axes)
         value = buf[idx] if axes else np.broadcast_to(buf, mask.shape)
+        if rotate[0] is not None:
+            value = np.where(negate, -value, value)
         return np.where(mask, value, np.zeros((), buf.dtype))
     if kind == "store":
         buffer = m.prog.buffer(op.attr("buffer"))

@@ -187,6 +187,9 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int], tuple[in
     """(sum op, load of x, load of y, ids of the operand chains, scalar factors) or
     NotAGemm."""
     ops = {op.id: op for op in tile.ops}
+    rotated = [op.attr("buffer") for op in tile.ops if op.attr("rotate") is not None]
+    if rotated:    # operands and epilogue reads are plain tiles of memory
+        raise NotAGemm(f"the kernel reads {rotated[0]} rotated (rotate_half)")
     reductions = [op for op in tile.ops if op.op in ("sum", "max", "min")]
     if len(reductions) != 1 or reductions[0].op != "sum":
         raise NotAGemm("not exactly one sum in the kernel")

@@ -23,6 +23,7 @@ from .llvm_fragments import map_fragments as _map
 from .llvm_fragments import mask_and as _mask_and
 from .llvm_limits import STATIC_SHARED_LIMIT
 from .llvm_reduce import ReductionEmitter
+from .llvm_rotate import apply_rotation, rotated_source
 from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
@@ -233,21 +234,22 @@ class _Emitter(ReductionEmitter):
                  if m is not None and m.axis not in axes and m.threads > 1]
         return _mask_and(b, masks)
 
-    def offset(self, buf, r, c, v, ahead=0):
-        """Element offset (i64) of fragment element (r, c, v) in a row-major buffer."""
+    def offset(self, buf, r, c, v, ahead=0, at=None):
+        """Element offset (i64) of fragment element (r, c, v) in a row-major buffer;
+        `at` overrides the index along some axes (a rotated load's source)."""
         b = self.b
         total = ir.Constant(L.I64, 0)
         for i, axis in enumerate(buf.axes):
             stride = ir.Constant(L.I64, 1)
             for later in buf.axes[i + 1:]:
                 stride = b.mul(stride, b.zext(self.size(later), L.I64))
-            total = b.add(total, b.mul(b.zext(self.index(axis, r, c, v, ahead), L.I64),
-                                       stride))
+            index = at[axis] if at and axis in at else self.index(axis, r, c, v, ahead)
+            total = b.add(total, b.mul(b.zext(index, L.I64), stride))
         return total
 
-    def address(self, buf, r, c, v, ahead=0):
+    def address(self, buf, r, c, v, ahead=0, at=None):
         ptr = self.args[("buffer", buf.name)]
-        byte = self.b.mul(self.offset(buf, r, c, v, ahead),
+        byte = self.b.mul(self.offset(buf, r, c, v, ahead, at),
                           ir.Constant(L.I64, buf.dtype.itemsize))
         return self.b.ptrtoint(self.b.gep(ptr, [byte]), L.I64)
 
@@ -319,11 +321,16 @@ class _Emitter(ReductionEmitter):
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         out = np.empty(shape, dtype=object)
+        rotate = op.attr("rotate")
         for r, c, v0 in self.vectors(buf, vec):
             mask = self.in_bounds(buf.axes, r, c, v0, ahead)
-            regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
+            at, negate = rotated_source(self, buf, rotate, vec, r, c, v0, ahead) \
+                if rotate else (None, None)
+            regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead, at), mask, vec,
                                    buf.dtype, self._cache_hint(buf))
             self.unpack(out, (r, c, v0), regs, vec, buf.dtype)
+            if rotate:
+                apply_rotation(self.b, out, (r, c, v0), vec, buf, rotate, negate)
         return out
 
     def vectors(self, buf, vec: int):

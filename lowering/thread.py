@@ -30,6 +30,7 @@ from .artifact import Buffer
 from .kernels import REDUCE_OPS
 from .layout import Layout
 from .llvm_limits import shared_limit
+from .rotate_load import rotated_vector
 from .tile import TileOp, TileProgram
 
 
@@ -120,6 +121,9 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
         args = [remap[a] for a in op.args]
         if op.op in ("load", "store"):
             vec = _vector_for(buffers[op.attr("buffer")], layout, aligned, sizes)
+            if op.attr("rotate") is not None:
+                vec = rotated_vector(op.attr("rotate"), buffers[op.attr("buffer")], layout,
+                                     vec, sizes)
             remap[op.id] = emit(op, args, vector=vec)
         elif op.op in REDUCE_OPS:
             group = [op]
@@ -184,7 +188,8 @@ def _stage_streamed_loads(ops: list[TileOp], layout: Layout, buffers, start: int
     out = []
     for op in ops:
         buf = buffers[op.attr("buffer")] if op.op == "load" else None
-        if buf is None or op.attr("region") != "loop" or layout.loop.axis not in buf.axes:
+        if buf is None or op.attr("region") != "loop" or layout.loop.axis not in buf.axes \
+                or op.attr("rotate") is not None:   # a rotated row is read by registers
             out.append(op)
             continue
         if op.attr("vector") * buf.dtype.itemsize not in (4, 8, 16):

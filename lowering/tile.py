@@ -95,14 +95,21 @@ class _Builder:
 
     def build(self) -> TileProgram:
         nodes = topo_order([v for _, v in self.plan.outputs])
+        # An input only rotate_half reads is loaded rotated by it, never plainly.
+        plain = {i.uid for n in nodes if n.op != "rotate_half" for i in n.inputs} | \
+            {v.uid for _, v in self.plan.outputs}
         # A load is placed just before its first use: a row kept in registers across a
         # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
         # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
+            if n.op == "rotate_half":
+                self.value[n.uid] = self._rotated_load(n)
+                continue
             for inp in n.inputs:
                 self._load_once(inp)
             if n.op == "input":
-                self._load_once(n)
+                if n.uid in plain:
+                    self._load_once(n)
             else:
                 self.value[n.uid] = self._lower(n)
         for buf, n in self.plan.outputs:
@@ -121,6 +128,19 @@ class _Builder:
         self.use_buffer(n.attr("name"))
         loaded = self.emit("load", (), n.axes, n.dtype, buffer=n.attr("name"))
         self.value[n.uid] = self._to_register(loaded, n.axes, n.dtype)
+
+    def _rotated_load(self, n: Node) -> int:
+        """rotate_half of a tensor in memory: a load of the remapped index, the sign applied
+        (kernels.py has staged every computed operand into a temporary)."""
+        src = n.inputs[0]
+        if src.op != "input":
+            raise PlaitError("rotate_half of a computed value reached the tile program "
+                             "unstaged (lowering/rotary_staging.py stages it)", n.loc)
+        self.use_buffer(src.attr("name"))
+        mode = "pairs" if n.attr("interleaved") else "half"
+        loaded = self.emit("load", (), src.axes, src.dtype, buffer=src.attr("name"),
+                           rotate=(n.attr("axis"), mode))
+        return self._to_register(loaded, src.axes, src.dtype)
 
     def _to_register(self, vid: int, axes, dtype: DType) -> int:
         reg = register_dtype(dtype)

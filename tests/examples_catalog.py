@@ -25,9 +25,20 @@ ATTENTION = {
                  "softcap_attention")
 }
 
+# examples/rotary.py, in the same form: S not a multiple of any tile, D = 24 (its half
+# not a multiple of a bf16 vector of 8) and D = 96. Not in EXAMPLES, for the reason
+# attention is not; tests/lowering/test_rotary_kernels.py runs them on the CPU executor
+# (which compiles and assembles each program too, tests/conftest.py) and with ptxas.
+ROTARY_SHAPES = ({"B": 2, "H": 3, "S": 37, "D": 24}, {"B": 1, "H": 2, "S": 37, "D": 96})
+ROTARY = {
+    "rotary": ("rotary", ("x", "cos", "sin"), ROTARY_SHAPES[0]),
+    "rotary_llama": ("rotary", ("x",), ROTARY_SHAPES[0]),
+    "rotary_interleaved": ("rotary", ("x", "cos", "sin"), ROTARY_SHAPES[0]),
+}
+
 
 def load(name):
-    module, _, _ = EXAMPLES[name] if name in EXAMPLES else ATTENTION[name]
+    module, _, _ = EXAMPLES.get(name) or ATTENTION.get(name) or ROTARY[name]
     return getattr(importlib.import_module(module), name)
 
 

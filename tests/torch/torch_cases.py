@@ -30,6 +30,12 @@ def _erf_gelu(x):
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
 
+def _hf_rotary(x, cos, sin):
+    """transformers' apply_rotary_pos_emb: rotate_half is cat(-x2, x1)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
 CASES = {
     "layernorm": Case({"x": (5, 37), "w": (37,), "b": (37,)},
                       lambda x, w, b, eps=1e-5: F.layer_norm(x, (x.shape[-1],), w, b, eps),
@@ -58,6 +64,9 @@ CASES = {
     "attention": Case({"q": (1, 2, 5, 8), "k": (1, 2, 7, 8), "v": (1, 2, 7, 8)},
                       lambda q, k, v, scale=0.125: F.scaled_dot_product_attention(
                           q, k, v, scale=scale), scalars={"scale": 0.3}),
+    # examples/rotary.py's `rotary` (the LLaMA and interleaved variants beside it are
+    # checked in tests/lowering/test_rotary_kernels.py)
+    "rotary": Case({"x": (2, 3, 5, 12), "cos": (5, 12), "sin": (5, 12)}, _hf_rotary),
 }
 
 
