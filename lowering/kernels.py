@@ -29,6 +29,7 @@ from .gemm_tiles import auto_split_k
 from .layout import effective_grid
 from .llvm_limits import SMS
 from .policy import ResolvedPolicy
+from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .stream_staging import stage_sums
 from .streaming import NotStreamable, Stream, check_sizes, find_stream
@@ -157,6 +158,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     if tensor_cores:      # computed operands and reduced contractions become temporaries
         staged, outputs = stage_contractions(graph.name, outputs)
     staged, outputs = stage_rotations(graph.name, staged, outputs, sizes)  # computed operands
+    staged, outputs = stage_invariant_reductions(graph.name, staged, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
     # computes dx row by row and accumulates dw, db over the rows a block walks. For
     # tensor cores a contraction keeps its kernel to itself.
