@@ -275,12 +275,14 @@ def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule 
 
 def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> KernelPlan:
     """Blocks over the batch axes and tiles of rows, the streamed axis walked a tile at a
-    time: 64 rows in warps of 16, 64 keys a step (32 past a width of 64) by default."""
+    time, in warps of 16 rows (the target's defaults where the schedule is silent)."""
+    from .target import TARGETS
+    defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
-    rows = dict(ks.grid).get(ss.rows, 64)
+    rows = dict(ks.grid).get(ss.rows, defaults.sums_rows)
     wide = max(sizes[t.axes[-1]] for t in ss.residents + ss.streamed) > 64
-    keys = dict(ks.stream).get(ss.keys, 32 if wide else 64) if ks.stream else \
-        (32 if wide else 64)
+    default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
+    keys = dict(ks.stream).get(ss.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
         raise PlaitError(f"kernel {name}: a streamed kernel takes rows per block in "
                          f"multiples of 16 up to 256 (grid.{ss.rows}), not {rows}")

@@ -39,6 +39,14 @@ class Target:
     stream_rows: int = 128
     stream_keys: int = 64
     stream_keys_wide: int = 32
+    # Streamed sums (attention's backward: dq over the keys, dk and dv over the queries):
+    # rows per block in warps of 16, keys per step (fewer past a width of 64). Measured
+    # on the H200, bf16, B4 H16 S1024 D128 and S4096 D64 (2026-12-03): rows 128 were 3-8%
+    # slower; keys 16 to 64 within 3% at D64; at D128 keys 64 1% faster than 32, 16 17%
+    # slower (bench/attention_backward_variants.py, one run).
+    sums_rows: int = 64
+    sums_keys: int = 64
+    sums_keys_wide: int = 32
 
 
 # mma_sync runs on every target from sm_80; on sm_90a a schedule may pick it over wgmma.
