@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--dir", help="cache folder (default: $PLAIT_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/plait, else ~/.cache/plait)")
     cache.set_defaults(func=cmd_cache)
-    tune = sub.add_parser("tune", help="search the contraction schedules on the GPU and write "
-                          "the fastest correct one as schedules/<arch>/<algorithm>.yaml")
+    tune = sub.add_parser("tune", help="search the contraction and streamed-kernel schedules on "
+                          "the GPU and write the fastest correct one as "
+                          "schedules/<arch>/<algorithm>.yaml")
     _common(tune)
     tune.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
                       help="stop trying candidates after this long (default 120)")

@@ -1,4 +1,4 @@
-"""`plait tune`: search the contraction schedule space of an algorithm at given shapes.
+"""`plait tune`: search the schedule space of an algorithm's kernels at given shapes.
 
     result = tune(algo, sizes, dtypes, target, runner, timer, budget_s=60)
 
@@ -12,7 +12,11 @@ the device (CUDA-graph replays with L2 flushed), anything with the same signatur
 test. `runtime/tune_output.py` writes the winner as a schedule file with its provenance.
 
 Tuned today: the top-level `contraction:` key (every contraction kernel of the
-algorithm). Generic kernels keep their schedule; one GPU times (several are not spread).
+algorithm), and each streamed kernel's rows per block, keys per step and rows per warp
+(`kernels: {name: {grid, stream, warps}}`; attention forward and backward). Several
+streamed kernels are tuned one at a time, the others at their defaults, and the best of
+each are then tried together (their times add up). Generic kernels keep their schedule;
+one GPU times (several are not spread).
 """
 from __future__ import annotations
 
@@ -33,10 +37,17 @@ RASTERS = (4, 8, 16)
 
 @dataclass
 class Trial:
-    contraction: dict                 # the schedule's contraction: key, by axis names
+    contraction: dict | None          # the schedule's contraction: key, by axis names
     error: str | None = None          # why it was refused, failed or was wrong
     rel_err: float | None = None
     ms: float | None = None
+    kernels: dict | None = None       # or the streamed kernels' keys, by kernel name
+
+    @property
+    def keys(self) -> dict:
+        """The schedule's top-level keys this trial sets."""
+        return {"contraction": self.contraction} if self.contraction is not None else \
+            {"kernels": self.kernels}
 
 
 @dataclass
@@ -90,24 +101,48 @@ def candidates(graph, sizes, target) -> list[dict]:
     return out
 
 
-def schedule_of(graph, contraction: dict):
+STREAM_ROWS = (64, 128)
+STREAM_KEYS = (32, 64, 128)          # 128 only where every width is at most 64
+ROWS_PER_WARP = (16, 32)
+
+
+def stream_candidates(graph, sizes, target) -> list[dict]:
+    """`kernels:` keys to try for the streamed kernels: rows per block x keys per step x
+    rows per warp for each; with several kernels, one kernel's variants at a time."""
+    from plait.lowering.pipeline import lower
+    from plait.lowering.stream_plan import StreamKernel
+    streamed = [t for t in lower(graph, None, sizes, True, target).threads
+                if isinstance(t, StreamKernel)]
+    out = []
+    for t in streamed:
+        narrow = max(w for _, w in t.widths) <= 64
+        for rows, keys, per_warp in itertools.product(STREAM_ROWS, STREAM_KEYS, ROWS_PER_WARP):
+            if keys == 128 and not narrow or rows % per_warp:
+                continue
+            out.append({t.name: {"grid": {t.rows_axis: rows}, "stream": {t.keys_axis: keys},
+                                 "warps": rows // per_warp}})
+    return out
+
+
+def schedule_of(graph, contraction: dict | None = None, kernels: dict | None = None):
     from plait.schedule.model import Schedule
     from plait.schedule.validate import validate
-    s = Schedule.from_dict({"algorithm": graph.name, "contraction": contraction},
-                           source="<tune>")
+    keys = {"contraction": contraction} if contraction is not None else {"kernels": kernels}
+    s = Schedule.from_dict({"algorithm": graph.name, **keys}, source="<tune>")
     validate(s, graph)
     return s
 
 
-def refuse_invalid(graph, sizes, target, keys: list[dict]) -> tuple[list[Trial], list[Trial]]:
-    """(valid trials, refused trials with the reason): each candidate is validated and
-    lowered, never compiled, before it counts as valid."""
+def refuse_invalid(graph, sizes, target, keys: list) -> tuple[list[Trial], list[Trial]]:
+    """(valid trials, refused trials with the reason): each candidate (a contraction key
+    or a Trial) is validated and lowered, never compiled, before it counts as valid."""
     from plait.lowering.pipeline import lower
     valid, refused = [], []
     for key in keys:
-        trial = Trial(key)
+        trial = key if isinstance(key, Trial) else Trial(key)
         try:
-            lower(graph, schedule_of(graph, key), sizes, True, target)
+            lower(graph, schedule_of(graph, trial.contraction, trial.kernels), sizes, True,
+                  target)
             valid.append(trial)
         except PlaitError as e:
             trial.error = str(e)
@@ -117,13 +152,13 @@ def refuse_invalid(graph, sizes, target, keys: list[dict]) -> tuple[list[Trial],
 
 def _compile_one(args) -> str | None:
     """In a worker process: compile one candidate into the disk cache; the error or None."""
-    algo_spec, dtypes, sizes, contraction, target = args
+    algo_spec, dtypes, sizes, keys, target = args
     from plait.runtime import api
     from plait.runtime.loading import load_algorithm
     algo = load_algorithm(algo_spec)
     try:
-        api.compile(algo, dtypes, sizes, schedule={"algorithm": algo.name,
-                                                   "contraction": contraction}, target=target)
+        api.compile(algo, dtypes, sizes, schedule={"algorithm": algo.name, **keys},
+                    target=target)
     except PlaitError as e:
         return str(e)
     return None
@@ -136,7 +171,7 @@ def compile_all(algo_spec: str | None, dtypes, sizes, trials, target, workers: i
     if algo_spec is None or workers < 2 or not trials:
         return
     import multiprocessing
-    jobs = [(algo_spec, {k: str(v) for k, v in dtypes.items()}, sizes, t.contraction, target)
+    jobs = [(algo_spec, {k: str(v) for k, v in dtypes.items()}, sizes, t.keys, target)
             for t in trials]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for trial, err in zip(trials, pool.map(_compile_one, jobs)):
@@ -157,30 +192,59 @@ def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: 
               .astype(dtypes[p.name].numpy) for p in algo.tensor_params}
     reference = evaluate(graph, inputs)
     tol = tolerance(list(dtypes.values()) + [n.dtype for n in graph.outputs.values()])
-    valid, refused = refuse_invalid(graph, sizes, target, candidates(graph, sizes, target))
+    streams = [Trial(None, kernels=k) for k in stream_candidates(graph, sizes, target)]
+    try:
+        keys = candidates(graph, sizes, target)
+    except PlaitError:
+        if not streams:
+            raise PlaitError(f"{graph.name}: no kernel runs on tensor cores or streams at "
+                             f"these sizes on {target}; plait tune searches contraction "
+                             "and streamed schedules only") from None
+        keys = []
+    valid, refused = refuse_invalid(graph, sizes, target, keys + streams)
     result = TuneResult(algo.name, target, dict(sizes), timer(None, inputs), refused)
     compile_all(algo_spec, dtypes, sizes, valid, target, workers)
     start = time.monotonic()
-    loop = progress(valid, len(valid)) if progress else valid
-    for trial in loop:
+
+    def attempt(trial: Trial) -> None:
         result.trials.append(trial)
         if trial.error is not None:
-            continue
+            return
         if time.monotonic() - start > budget_s:
             trial.error = "not tried: over the time budget"
-            continue
-        schedule = schedule_of(graph, trial.contraction)
+            return
+        schedule = schedule_of(graph, trial.contraction, trial.kernels)
         try:
             out = runner(schedule, inputs)
         except PlaitError as e:
             trial.error = f"run: {e}"
-            continue
+            return
         trial.rel_err = max(max_rel_err(out[o], reference[o]) for o in graph.outputs)
         if not trial.rel_err <= tol:
             trial.error = f"wrong: max_rel_err {trial.rel_err:.3g} over {tol:g}"
-            continue
+            return
         trial.ms = timer(schedule, inputs)
+
+    for trial in (progress(valid, len(valid)) if progress else valid):
+        attempt(trial)
+    together = best_of_each_kernel(result.trials)
+    if together is not None:
+        attempt(together)
     return result
+
+
+def best_of_each_kernel(trials) -> Trial | None:
+    """Streamed kernels were tuned one at a time: each one's fastest variant, together
+    (None with fewer than two kernels tuned)."""
+    best: dict[str, Trial] = {}
+    for t in trials:
+        if t.kernels is not None and t.ms is not None:
+            (name,) = t.kernels
+            if name not in best or t.ms < best[name].ms:
+                best[name] = t
+    if len(best) < 2:
+        return None
+    return Trial(None, kernels={name: t.kernels[name] for name, t in best.items()})
 
 
 # ---- on the GPU -------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def provenance(result, device: str, dtypes: dict) -> list[str]:
              + ", dtypes " + " ".join(f"{k}={v}" for k, v in dtypes.items()),
              f"best {best.ms:.4f} ms (max_rel_err {best.rel_err:.2g})"]
     if len(ranked) > 1:
-        lines.append(f"runner-up {ranked[1].ms:.4f} ms: {_flow(ranked[1].contraction)}")
+        lines.append(f"runner-up {ranked[1].ms:.4f} ms: {_flow(ranked[1].keys)}")
     if result.default_ms is not None:
         lines.append(f"default schedule {result.default_ms:.4f} ms")
     lines.append(f"{tried} timed, {refused} refused, failed or not tried")
@@ -51,13 +51,14 @@ def target_path(folder: Path, algorithm: str, target: str, force: bool) -> Path:
 
 
 def write_schedule(folder: Path, result, device: str, dtypes: dict, force: bool = False) -> Path:
-    """`folder/<arch>/<algorithm>.yaml` holding the best trial's contraction key."""
+    """`folder/<arch>/<algorithm>.yaml` holding the best trial's keys (`contraction:`,
+    or the streamed kernels' `kernels:`)."""
     if result.best is None:
         raise PlaitError(f"plait tune: no candidate for {result.algorithm} was both correct "
                          "and timed; nothing to write")
     path = target_path(folder, result.algorithm, result.target, force)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"algorithm": result.algorithm, "contraction": result.best.contraction}
+    body = {"algorithm": result.algorithm, **result.best.keys}
     text = "".join(f"# {line}\n" for line in provenance(result, device, dtypes))
     text += yaml.safe_dump(body, sort_keys=False)
     path.write_text(text)
