@@ -1,7 +1,7 @@
 """The built-in schedule for a kernel no schedule file covers.
 
     >>> default_kernel_schedule(("M", "N"), {"N"}, itemsize=2, sizes={"M": 4096, "N": 8192})
-    KernelSchedule(grid=(('M', 1),), block=(('N', AxisBlock(threads=256, vector=8)),), warps=None, reduction='two_stage', save=(), occupancy=None, cache_hints=False, contraction=None, prefetch=None, prefetch_into=None, stream=None)
+    KernelSchedule(grid=(('M', 1),), block=(('N', AxisBlock(threads=256, vector=8)),), warps=None, reduction=None, save=(), occupancy=None, cache_hints=False, contraction=None, prefetch=None, prefetch_into=None, stream=None)
 """
 from __future__ import annotations
 

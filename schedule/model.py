@@ -91,7 +91,11 @@ class KernelSchedule:
     block: axis -> AxisBlock; at most two axes (a row axis and the innermost,
       contiguous axis); thread counts are powers of two, 32..1024 in total.
     warps: optional cross-check of the total thread count (threads / 32).
-    reduction: how a sum over a grid axis is finished: 'two_stage' or 'atomic'.
+    reduction: how a sum over a grid axis is finished: 'two_stage' or 'atomic'; None is
+      the compiler's choice (two_stage; for a streamed sum over the rows of another
+      streamed kernel, attention's dq, the target table's `sums_accumulate`). On that
+      sum, 'atomic' accumulates it in the other kernel's loop (dq added per key tile
+      into an fp32 buffer by the dk/dv kernel), 'two_stage' gives it its own loop.
     occupancy: blocks per SM the compiler must leave room for (it caps registers
       per thread accordingly: ptxas' .minnctapersm); None lets ptxas choose.
     cache_hints: loads of data read once ask the caches to evict it first, and loads of
@@ -116,7 +120,7 @@ class KernelSchedule:
     grid: tuple[tuple[str, int | str], ...] = ()
     block: tuple[tuple[str, AxisBlock], ...] = ()
     warps: int | None = None
-    reduction: str = "two_stage"
+    reduction: str | None = None
     save: tuple[str, ...] = ()
     occupancy: int | None = None
     cache_hints: bool = False
@@ -148,7 +152,7 @@ class KernelSchedule:
             out["block"] = {k: v.to_dict() for k, v in self.block}
         if self.warps is not None:
             out["warps"] = self.warps
-        if self.reduction != "two_stage":
+        if self.reduction is not None:
             out["reduction"] = self.reduction
         if self.save:
             out["save"] = list(self.save)
@@ -177,7 +181,7 @@ class KernelSchedule:
             grid=tuple((k, v if v == WAVE else int(v)) for k, v in (d.get("grid") or {}).items()),
             block=tuple(block),
             warps=None if d.get("warps") is None else int(d["warps"]),
-            reduction=d.get("reduction", "two_stage"),
+            reduction=d.get("reduction"),
             save=tuple(d.get("save") or ()),
             occupancy=None if d.get("occupancy") is None else int(d["occupancy"]),
             cache_hints=bool(d.get("cache_hints", False)),
@@ -194,7 +198,7 @@ class KernelSchedule:
             grid=override.grid or self.grid,
             block=override.block or self.block,
             warps=override.warps if override.warps is not None else self.warps,
-            reduction=override.reduction if override.reduction != "two_stage" else self.reduction,
+            reduction=override.reduction if override.reduction is not None else self.reduction,
             save=override.save or self.save,
             occupancy=override.occupancy if override.occupancy is not None else self.occupancy,
             cache_hints=self.cache_hints or override.cache_hints,

@@ -94,7 +94,7 @@ def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSche
         path = prefix + ("warps" if own.warps is not None or not own.block else "block")
         p.add(path, f"warps: {eff.warps} does not match the block's {eff.threads} threads "
               f"({eff.threads / WARP:g} warps)")
-    if own.reduction not in REDUCTIONS:
+    if own.reduction is not None and own.reduction not in REDUCTIONS:
         p.unknown(prefix + "reduction", own.reduction, REDUCTIONS, "reduction")
 
 
