@@ -2,8 +2,9 @@
 
     python bench/attention_backward_variants.py
 
-For two workloads of bench/attention.py (B4 H16 S1024 D128, B4 H16 S4096 D64), each
-variant of the dq and dk+dv kernels' tiles (rows per block, keys per step) is compiled,
+For three workloads of bench/attention.py (B4 H16 S1024 D128, B4 H16 S4096 D64 and
+D128), each variant (dq added up in the dk/dv kernel or in a loop of its own; rows per
+block, keys per step) is compiled,
 checked against torch SDPA's flash backward and timed as called (do_bench median); the
 default schedule's kernels are then timed one by one with torch.profiler, so the table
 says which kernel to work on next.
@@ -18,35 +19,26 @@ sys.path.insert(0, HERE)
 import attention as forward_bench  # noqa: E402
 import attention_backward as backward_bench  # noqa: E402
 
-VARIANTS = {   # name: (dq grid S, dq keys T, dk grid T, dk keys S)
-    "default": None,
-    "dq128": (128, None, None, None),
-    "dk128": (None, None, 128, None),
-    "both128": (128, None, 128, None),
-    "keys64": (None, 64, None, 64),
-    "keys16": (None, 16, None, 16),
+# name: {kernel suffix: its schedule keys}. By default dq has a loop of its own
+# (`reduction` None: the target table's sums_accumulate); `acc` adds it up in the dk/dv
+# kernel with fp32 atomics.
+ACC = {"reduction": "atomic"}
+VARIANTS = {
+    "default": {},
+    "own_dq128": {"dq": {"grid": {"S": 128}}},
+    "own_keys64": {"dq": {"stream": {"T": 64}}, "dk": {"stream": {"S": 64}}},
+    "acc": {"dq": ACC},
+    "acc_keys16": {"dq": ACC, "dk": {"stream": {"S": 16}}},
+    "acc_rows128": {"dq": ACC, "dk": {"grid": {"T": 128}}},
+    "acc_rows128_keys16": {"dq": ACC, "dk": {"grid": {"T": 128}, "stream": {"S": 16}}},
 }
 
 
-def schedule_for(name: str, variant):
-    if variant is None:
+def schedule_for(name: str, variant: dict):
+    if not variant:
         return None
-    dq_rows, dq_keys, dk_rows, dk_keys = variant
-    kernels = {}
-    dq, dk = {}, {}
-    if dq_rows:
-        dq["grid"] = {"S": dq_rows}
-    if dq_keys:
-        dq["stream"] = {"T": dq_keys}
-    if dk_rows:
-        dk["grid"] = {"T": dk_rows}
-    if dk_keys:
-        dk["stream"] = {"S": dk_keys}
-    if dq:
-        kernels[f"{name}.dq"] = dq
-    if dk:
-        kernels[f"{name}.dk"] = dk
-    return {"algorithm": name, "kernels": kernels}
+    return {"algorithm": name,
+            "kernels": {f"{name}.{kernel}": keys for kernel, keys in variant.items()}}
 
 
 def main():
@@ -57,7 +49,8 @@ def main():
     algo = forward_bench.load_example("attention")
     bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
     for w in (forward_bench.Workload(4, 16, 1024, 1024, 128, False),
-              forward_bench.Workload(4, 16, 4096, 4096, 64, False)):
+              forward_bench.Workload(4, 16, 4096, 4096, 64, False),
+              forward_bench.Workload(4, 16, 4096, 4096, 128, False)):
         q, k, v = forward_bench.make_inputs(w)
         dout = torch.randn_like(q)
         with torch.no_grad():
@@ -65,6 +58,8 @@ def main():
         ref = backward_bench.peer("flash", q, k, v, dout, w)()
         flash = median_ms(backward_bench.peer("flash", q, k, v, dout, w))
         print(f"{w.name}: flash backward {flash:.4f} ms", flush=True)
+        cudnn = median_ms(backward_bench.peer("cuDNN", q, k, v, dout, w))
+        print(f"{w.name}: cudnn backward {cudnn:.4f} ms", flush=True)
         for name, variant in VARIANTS.items():
             try:
                 s = schedule_for(bwd.name, variant)
@@ -74,10 +69,10 @@ def main():
                 got = fn()
                 err = backward_bench.check((got["dq"], got["dk"], got["dv"]), ref)
                 ms = median_ms(fn)
-                print(f"  {name:8s} {ms:.4f} ms  {backward_bench.flops(w) / ms / 1e9:.0f} "
+                print(f"  {name:18s} {ms:.4f} ms  {backward_bench.flops(w) / ms / 1e9:.0f} "
                       f"TFLOP/s  plait/flash {flash / ms:.2f}  err {err:.1e}", flush=True)
             except Exception as exc:  # noqa: BLE001 - a failing variant is a line
-                print(f"  {name:8s} failed: {type(exc).__name__}: {str(exc)[:200]}")
+                print(f"  {name:18s} failed: {type(exc).__name__}: {str(exc)[:200]}")
         handle = plait.compile(bwd, like=(q, k, v, dout, out), scale=w.scale)
         for _ in range(3):
             handle(q, k, v, dout=dout, out=out)

@@ -150,7 +150,9 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     for name in streamed:
         del outputs[name]
     sums = stage_sums(graph.name, outputs, sizes, lambda name: _may_stream(
-        graph, schedule, name, len(outputs))) if tensor_cores else None
+        graph, schedule, name, len(outputs)), lambda kernel: schedule.for_kernel(
+        kernel).reduction if schedule is not None else None,
+        _target_defaults(tensor_cores).sums_accumulate) if tensor_cores else None
     if sums is not None:
         unstreamed.update(sums.why)
         for name in sums.outputs:
@@ -248,6 +250,14 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         name = f"{graph.name}.{names[0]}"
         planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
                                           sizes))
+    for out, value in sums.finish:      # sums added up in another kernel: cast to dtype
+        buffers.append(Buffer(out, planner.policy.storage_of(out, value.dtype), value.axes,
+                              "output"))
+        nodes = topo_order([value])
+        axes = iteration_axes(nodes, graph.axis_order)
+        planner.plan(f"{graph.name}.{out}", {out: value},
+                     _short_rows(axes, sizes, 4) or _schedule_for(
+                         out, None, axes, nodes, sizes, planner._itemsize(nodes)))
 
 
 def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule | None:
@@ -262,9 +272,16 @@ def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule 
     if value.op != "sum" or value.attr("axis") != inner or len(axes) < 2:
         return None
     itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
+    return _short_rows(axes, sizes, itemsize)
+
+
+def _short_rows(axes, sizes, itemsize: int) -> KernelSchedule | None:
+    """128 threads over as many rows (the next-to-innermost axis) as fill them, each row
+    spread over the threads its 16-byte vectors need; None for rows past 32 vectors."""
+    inner = axes[-1]
     vector = vector_width(itemsize)
     per_row = next_pow2(-(-sizes[inner] // vector))
-    if per_row > 32:
+    if per_row > 32 or len(axes) < 2:
         return None
     rows = 128 // per_row
     row = axes[-2]
@@ -276,12 +293,15 @@ def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule 
 def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> KernelPlan:
     """Blocks over the batch axes and tiles of rows, the streamed axis walked a tile at a
     time, in warps of 16 rows (the target's defaults where the schedule is silent)."""
-    from .target import TARGETS
-    defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
+    defaults = _target_defaults(instruction)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(ss.rows, defaults.sums_rows)
     wide = max(sizes[t.axes[-1]] for t in ss.residents + ss.streamed) > 64
-    default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
+    if ss.scattered:
+        default_keys = defaults.sums_keys_scattered_wide if wide else \
+            defaults.sums_keys_scattered
+    else:
+        default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
     keys = dict(ks.stream).get(ss.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
         raise PlaitError(f"kernel {name}: a streamed kernel takes rows per block in "
@@ -291,19 +311,27 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
                          f"but the sums run over {ss.keys}")
     grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
     used = set(ss.batch) | {ss.rows, ss.keys} | {t.axes[-1] for t in ss.residents + ss.streamed}
-    used |= {t.cols for t in ss.terms}
+    used |= {t.cols for t in ss.terms + ss.scattered}
     axes = tuple(a for a in order if a in used)
     warps = ks.warps or rows // 16
-    return KernelPlan(name, tuple((t.name, t.out) for t in ss.terms), axes,
+    # The scattered sums (added into fp32 buffers in the loop) come last: only the
+    # terms are stored after it.
+    return KernelPlan(name, tuple((t.name, t.out) for t in ss.terms + ss.scattered), axes,
                       replace(ks, grid=grid, stream=((ss.keys, keys),), warps=warps), stream=ss)
+
+
+def _target_defaults(instruction: str):
+    """The target table's defaults for the first target with this tensor-core instruction
+    (the streamed kernels' defaults do not differ between them)."""
+    from .target import TARGETS
+    return next(t for t in TARGETS.values() if instruction in t.instructions)
 
 
 def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> KernelPlan:
     """The kernel of one streamed contraction: blocks over the batch axes and tiles of
     query rows, the keys walked `stream` at a time (the target's defaults where the
     schedule is silent)."""
-    from .target import TARGETS
-    defaults = next(t for t in TARGETS.values() if instruction in t.instructions)
+    defaults = _target_defaults(instruction)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
     wide = max(sizes[st.depth], sizes[st.cols] if st.cols else 0) > 64

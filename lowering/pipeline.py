@@ -197,8 +197,11 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
 
 
 def _poisoned(b: Buffer, sizes) -> np.ndarray:
-    """Outputs start as NaN (or a sentinel) so that an element never written shows up."""
+    """Outputs start as NaN (or a sentinel) so that an element never written shows up;
+    buffers of atomic adds start zeroed, as the runtime allocates them."""
     shape = b.shape(sizes)
+    if b.zero:
+        return np.zeros(shape, b.dtype.numpy)
     if b.dtype.is_float:
         return np.full(shape, np.nan, np.float32).astype(b.dtype.numpy)
     return np.full(shape, -7, b.dtype.numpy)

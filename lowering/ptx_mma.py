@@ -63,3 +63,15 @@ def mma_16816(b, acc: list, a: list, bb: list, kind: str) -> list:
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$0, $1, $2, $3};")
     out = _asm(b, text, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [*a, *bb, *acc], ret, False)
     return [b.extract_value(out, i) for i in range(4)]
+
+
+def st_shared_b32(b, addr, word) -> None:
+    """One 32-bit store into shared memory (addr: the 32-bit shared offset)."""
+    _asm(b, "st.shared.b32 [$0], $1;", "r,r,~{memory}", [addr, word])
+
+
+def red_add_f32(b, addr, value, valid) -> None:
+    """Atomically add an f32 into global memory at addr (i64), where `valid` (i1) holds;
+    no value comes back (a reduction, not an atomic read)."""
+    _asm(b, "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p red.global.add.f32 [$0], $1; }",
+         "l,f,r,~{memory}", [addr, value, b.zext(valid, L.I32)])

@@ -113,6 +113,9 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
         return np.asarray(scalars[op.attr("name")], _NP[op.dtype])
     if kind == "const":
         return np.asarray(op.attr("value"), _NP[op.dtype])
+    if kind == "atomic_add":
+        _add_into(f, arrays[op.attr("buffer")], f.buffers[op.attr("buffer")], args[0])
+        return None
     if kind == "store":
         buf = f.buffers[op.attr("buffer")]
         value = args[0]
@@ -132,3 +135,22 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
         return None
     return elementwise_step(None, op, args, arrays, scalars)
 
+
+
+def _add_into(f: _Frame, target: np.ndarray, buf, value: np.ndarray) -> None:
+    """A step's sum added into the buffer at the step's positions inside the loop axis
+    (what the kernel's atomic adds leave once every block has added its rows)."""
+    extent = [f.step if a == f.loop_axis else f.sizes[a] for a in f.axes]
+    value = np.broadcast_to(value, [extent[d] if a in buf.axes else value.shape[d]
+                                    for d, a in enumerate(f.axes)])
+    if any(value.shape[d] != 1 for d, a in enumerate(f.axes) if a not in buf.axes):
+        raise ValueError(f"atomic add into {buf.name} of a value that varies along an axis "
+                         "the buffer does not have")
+    value = value.reshape([value.shape[d] for d, a in enumerate(f.axes) if a in buf.axes])
+    kept = [a for a in f.axes if a in buf.axes]
+    value = value.transpose([kept.index(a) for a in buf.axes])
+    n = min(f.step, f.sizes[f.loop_axis] - f.start)
+    at = tuple(slice(f.start, f.start + n) if a == f.loop_axis else slice(None)
+               for a in buf.axes)
+    part = tuple(slice(0, n) if a == f.loop_axis else slice(None) for a in buf.axes)
+    target[at] = (target[at] + value[part]).astype(np.float32)

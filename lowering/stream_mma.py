@@ -8,11 +8,16 @@ position (row slot, (8-column block, column of the pair)); slot r of a warp is i
               [rows, keys] accumulators (q . k in the forward)
     weighted: a [rows, keys] value, its accumulator registers packed as the A operand,
               times a streamed tile (keys x width): [rows, width] added to an accumulator
+    scatter:  a [rows, keys] value, transposed through shared memory, times a resident
+              (rows x width): [keys, width] summed over the block's rows, added with
+              atomic reductions into an fp32 buffer (attention's dq in the dk/dv kernel)
 
 ldmatrix row addresses are worked out once per lane and tile (`tile_offsets`); rows 16
 apart keep their swizzle, so that part is an address immediate.
 """
 from __future__ import annotations
+
+from llvmlite import ir
 
 from . import ops_llvm as L
 from . import ptx_mma as P
@@ -104,3 +109,82 @@ def weighted(em, p: dict, acc: dict, t) -> dict:
                     out[key] = P.mma_16816(b, out[key], a[i], regs[2 * n:2 * n + 2], kind)
     return {(2 * i + h, (je, e)): value[2 * h + e] for (i, je), value in out.items()
             for h in (0, 1) for e in (0, 1)}
+
+
+def to_scratch(em, w: dict, t) -> None:
+    """This warp's rows of w, in t's dtype, into the scratch tile [rows, keys]."""
+    b, sk = em.b, em.sk
+    dtype = em.buffers[t.name].dtype
+    scratch = b.add(em.base, L.i32(sk.scratch_offset))
+    quad_row = b.lshr(em.lane, L.i32(2))
+    for slot in range(2 * sk.row_blocks):
+        row = b.add(em.warp_row, b.add(L.i32(8 * slot), quad_row))
+        for jb in range(sk.keys // 8):
+            (word,) = L.encode_pairs(b, [w[(slot, (jb, 0))], w[(slot, (jb, 1))]], dtype)
+            at = b.add(_swizzled(b, row, L.i32(jb), sk.keys * 2), b.shl(em.lane_col, L.i32(1)))
+            P.st_shared_b32(b, b.add(scratch, at), word)
+
+
+def scatter(em, t, name: str) -> None:
+    """Add sum over the block's rows of w . t (t a resident [rows, width], w in the
+    scratch tile) into buffer `name` [batch, keys, width], f32. The sum runs over the
+    rows, which the warps split: after a barrier (every warp's rows of w written) each
+    warp takes 16 keys of the product (and a share of the width where the warps
+    outnumber the 16-key blocks), its A fragments read transposed."""
+    b, sk = em.b, em.sk
+    dtype = em.buffers[t.name].dtype
+    kind = P.MMA_TYPES[dtype.short]
+    scratch = b.add(em.base, L.i32(sk.scratch_offset))
+    w_row_bytes = sk.keys * 2
+    P.barrier(b)
+    r8, lo, hi = lane_parts(em)
+    m_blocks, units = sk.keys // 16, t.pad // 16
+    if m_blocks >= sk.warps:
+        rounds, parts = -(-m_blocks // sk.warps), 1
+    else:
+        rounds, parts = 1, sk.warps // m_blocks
+    per_part = -(-units // parts)
+    resident = b.add(em.base, L.i32(sk.resident_offset(t.name)))
+    for i in range(rounds):
+        if parts == 1:
+            mi, part = b.add(em.warp, L.i32(i * sk.warps)), L.i32(0)
+        else:
+            mi, part = b.urem(em.warp, L.i32(m_blocks)), b.udiv(em.warp, L.i32(m_blocks))
+        busy = b.and_(b.icmp_unsigned("<", mi, L.i32(m_blocks)),
+                      b.icmp_unsigned("<", part, L.i32(parts)))
+        with b.if_then(busy):
+            a = [P.ldmatrix_x4(b, b.add(scratch, _swizzled(
+                b, b.add(L.i32(16 * kk), b.add(r8, b.shl(hi, L.i32(3)))),
+                b.add(b.shl(mi, L.i32(1)), lo), w_row_bytes)), True)
+                for kk in range(sk.rows // 16)]
+            for u in range(per_part):
+                ni = b.add(b.mul(part, L.i32(per_part)), L.i32(u))
+                with b.if_then(b.icmp_unsigned("<", ni, L.i32(units))):
+                    acc = [[L.f32(0.0)] * 4, [L.f32(0.0)] * 4]
+                    for kk in range(sk.rows // 16):
+                        addr = b.add(resident, _swizzled(
+                            b, b.add(L.i32(16 * kk), b.add(r8, b.shl(lo, L.i32(3)))),
+                            b.add(hi, b.shl(ni, L.i32(1))), t.pad * 2))
+                        regs = P.ldmatrix_x4(b, addr, True)
+                        acc = [P.mma_16816(b, acc[n], a[kk], regs[2 * n:2 * n + 2], kind)
+                               for n in (0, 1)]
+                    _add_fragments(em, name, t.width, mi, ni, acc)
+
+
+def _add_fragments(em, name: str, width: int, mi, ni, acc) -> None:
+    """The accumulators of keys 16 mi.. and columns 16 ni.. added into buffer `name`."""
+    b, sk = em.b, em.sk
+    base = em.args[("buffer", name)]
+    keys = em.size(sk.keys_axis)
+    for n in (0, 1):
+        col = b.add(b.add(b.shl(ni, L.i32(4)), L.i32(8 * n)), em.lane_col)
+        for h in (0, 1):
+            key = b.add(b.add(em.key0, b.shl(mi, L.i32(4))),
+                        b.add(b.lshr(em.lane, L.i32(2)), L.i32(8 * h)))
+            row_at = b.add(em.offsets[name], b.mul(b.zext(key, L.I64), ir.Constant(L.I64, width)))
+            for e in (0, 1):
+                c = b.add(col, L.i32(e))
+                valid = b.and_(b.icmp_signed("<", key, keys), b.icmp_signed("<", c, L.i32(width)))
+                element = b.add(row_at, b.zext(c, L.I64))
+                ptr = b.gep(base, [b.mul(element, ir.Constant(L.I64, 4))])
+                P.red_add_f32(b, b.ptrtoint(ptr, L.I64), acc[n][2 * h + e], valid)

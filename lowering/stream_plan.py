@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from plait.dsl.errors import PlaitError
 
 from .streaming import Stream
+from .target import get_target
 from .tile import TileProgram
 
 STAGES = 2                       # streamed tiles in shared memory: one computed, one landing
@@ -52,6 +53,7 @@ class StreamKernel:
     outs: tuple[str, ...]
     widths: tuple[tuple[str, int], ...]    # every width axis and its size, compiled in
     row_blocks: int = 1           # 16-row m blocks per warp (each streamed fragment serves all)
+    scattered: tuple[str, ...] = ()   # fp32 buffers [batch, keys, width] added into per step
 
     @property
     def name(self) -> str:
@@ -110,8 +112,18 @@ class StreamKernel:
         return sum(t.tile_bytes(self.keys) for t in self.streamed)
 
     @property
-    def shared_bytes(self) -> int:
+    def scratch_offset(self) -> int:
+        """Where a scattered sum's weights wait, [rows, keys] in the operand dtype: its
+        product runs over the rows, which the warps split."""
         return self.resident_bytes + STAGES * self.stage_bytes
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.rows * self.keys * 2 if self.scattered else 0
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.resident_bytes + STAGES * self.stage_bytes + self.scratch_bytes
 
     @property
     def buffers(self):
@@ -136,7 +148,9 @@ class StreamKernel:
                 f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, "
                 f"{self.keys_axis} in steps of {self.keys}; per block {tiles(self.residents)}, "
                 f"per step {tiles(self.streamed)}; {STAGES} stages, shared "
-                f"{self.shared_bytes} bytes\n" + self.tile.text())
+                f"{self.shared_bytes} bytes" +
+                "".join(f"; adds into {n} per step" for n in self.scattered) + "\n" +
+                self.tile.text())
 
 
 def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> StreamKernel:
@@ -155,6 +169,7 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
         residents = tuple(operand(n, st.rows) for n in st.residents)
         streamed = tuple(operand(n, st.keys) for n in st.streamed)
         per_warp = 16
+    scattered = tuple(t.name for t in getattr(st, "scattered", ()))
     warps = plan.schedule.warps or max(1, rows // per_warp)
     if rows % (16 * warps):
         raise PlaitError(f"kernel {plan.name}: {rows} rows per block do not split into "
@@ -164,6 +179,13 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
         buf = next(b for b in tile.buffers if b.name == name)
         if buf.axes[-1] not in (st.rows,) + tuple(st.batch):
             widths[buf.axes[-1]] = sizes[buf.axes[-1]]
-    return StreamKernel(tile, target, st.batch, st.rows, st.keys, rows, keys, residents,
-                        streamed, tuple(name for name, _ in plan.outputs),
-                        tuple(sorted(widths.items())), rows // (16 * warps))
+    sk = StreamKernel(tile, target, st.batch, st.rows, st.keys, rows, keys, residents,
+                      streamed, tuple(name for name, _ in plan.outputs
+                                      if name not in scattered),
+                      tuple(sorted(widths.items())), rows // (16 * warps), scattered)
+    limit = get_target(target).shared_per_block
+    if sk.shared_bytes > limit:
+        raise PlaitError(f"kernel {plan.name}: {rows} rows per block and {keys} keys per step "
+                         f"take {sk.shared_bytes} bytes of shared memory; {target} has {limit} "
+                         f"a block (fewer rows or keys in grid.{st.rows} or stream.{st.keys})")
+    return sk

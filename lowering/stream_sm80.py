@@ -45,7 +45,7 @@ from .gemm_common import KernelEmitter, loop, plain_args
 from .ptx_memory import asm_store
 from .stream_copy import copy_rows, copy_step
 from .stream_masks import TileMask
-from .stream_mma import fragments, scores, tile_offsets, weighted
+from .stream_mma import fragments, scatter, scores, tile_offsets, to_scratch, weighted
 from .stream_plan import StreamKernel
 from .tile import register_dtype
 from .tile_stream import loop_body
@@ -127,7 +127,7 @@ class _Emitter(KernelEmitter):
         self.base = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
         self.tid = self.sreg("tid.x")
         self.lane = b.and_(self.tid, L.i32(31))
-        warp = b.lshr(self.tid, L.i32(5))
+        warp = self.warp = b.lshr(self.tid, L.i32(5))
         pid = self.sreg("ctaid.x")
         row_blocks = b.sdiv(b.add(self.size(sk.rows_axis), L.i32(sk.rows - 1)), L.i32(sk.rows))
         self.batch_linear = b.udiv(pid, row_blocks)
@@ -146,6 +146,9 @@ class _Emitter(KernelEmitter):
         for name in sk.outs:
             last = self.buffers[name].axes[-1]
             self.offsets[name] = self._matrix_at(name, sk.rows_axis, dict(sk.widths).get(last, 1))
+        for name in sk.scattered:         # [batch, keys, width]: added into per step
+            self.offsets[name] = self._matrix_at(name, sk.keys_axis,
+                                                 sk.width(self.buffers[name].axes[-1]))
         ops = list(sk.tile.ops)
         loop_op = next(op for op in ops if op.op == "loop")
         body, yielded = loop_body(ops, loop_op.id)
@@ -193,7 +196,9 @@ class _Emitter(KernelEmitter):
             self.key0 = b.mul(j, L.i32(sk.keys))
             self.stage_base = b.add(b.add(self.base, L.i32(sk.resident_bytes)),
                                     b.mul(stage, L.i32(sk.stage_bytes)))
-            whole, empty = self._tile_status(j, warp=True)
+            # A scattered sum's product spans the warps (a barrier in the body): then the
+            # whole block takes one branch.
+            whole, empty = self._tile_status(j, warp=not sk.scattered)
             return self._branches(flat, whole, empty, body, yielded, carried_keys)
         final = loop(b, self.fn, n_steps, init, step)
         P.cp_async_wait(b, 0)
@@ -304,7 +309,15 @@ class _Emitter(KernelEmitter):
         if kind == "result":
             self.values[op.id] = self.results[op.attr("index")]
             return
+        if kind == "atomic_add":
+            dot = self.ops[op.args[0]]
+            scatter(self, self._operand_of(dot.args[1]), op.attr("buffer"))
+            return
         if kind == "dot":
+            if op.attr("over") == sk.rows_axis:   # a scattered sum: its weights wait in
+                to_scratch(self, self.values[op.args[0]],   # shared memory for its
+                           self._operand_of(op.args[1]))     # atomic_add's product
+                return
             if op.attr("over") == sk.keys_axis:
                 self.values[op.id] = weighted(self, self.values[op.args[0]],
                                               self.values[op.args[2]],

@@ -13,13 +13,16 @@ taken out of the loop here:
   output) streamed into temporaries first.
 
 `stage_sums` returns those kernels in the order they run, and the sums grouped into
-kernels: outputs with the same streamed axis and rows (dk and dv) share one loop.
+kernels: outputs with the same streamed axis and rows (dk and dv) share one loop, and a
+kernel whose rows another one walks (dq beside dk and dv) may be added up in that one's
+loop (`sums_merge.py`), leaving a cast after it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
 from plait.dsl.graph import rebuild
 from plait.dsl.node import OPS, Node, make_attrs, topo_order
 
@@ -27,6 +30,7 @@ from .artifact import Buffer
 from .streaming import (NotStreamable, Stream, _skip, _uncast, check_sizes, find_logsumexp,
                         find_stream, softmax_logits)
 from .streaming_sums import StreamedSums, check_sum_sizes, find_sums, split_sum
+from .sums_merge import merge
 
 
 @dataclass
@@ -36,10 +40,12 @@ class StagedSums:
     sums: list[tuple[tuple[str, ...], StreamedSums]] = field(default_factory=list)
     temps: list[Buffer] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)
+    finish: list[tuple[str, Node]] = field(default_factory=list)    # after the sums: casts
 
     @property
     def outputs(self) -> set[str]:
-        return {name for names, _ in self.sums for name in names}
+        return {name for names, _ in self.sums for name in names} | \
+            {name for name, _ in self.finish}
 
 
 def _node(op, inputs, axes, dtype, **attrs) -> Node:
@@ -163,9 +169,13 @@ def _with_weight(out: Node, w: Node, new_w: Node) -> Node:
 
 
 def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
-               wanted=lambda name: True) -> StagedSums:
+               wanted=lambda name: True, reduction=lambda kernel: None,
+               accumulate: bool = False) -> StagedSums:
     """The streamed sums among `outputs` (those `wanted` allows) and what they need
-    computed first; an output that has the shape but cannot stream gets a reason."""
+    computed first; an output that has the shape but cannot stream gets a reason.
+    `reduction(kernel name)`: the schedule's 'atomic' to add a kernel's sums up in the
+    loop of a kernel walking its rows, 'two_stage' to keep its own loop, or None to
+    leave it to `accumulate`."""
     groups: dict[tuple, dict[str, tuple]] = {}
     for name, node in outputs.items():
         if not wanted(name):
@@ -197,4 +207,35 @@ def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
                 stager.out.why[name] = str(e)
             continue
         stager.out.sums.append((tuple(group), ss))
+    _merge_sums(stager.out, graph_name, reduction, accumulate)
     return stager.out
+
+
+def _merge_sums(out: StagedSums, graph_name: str, reduction, accumulate: bool) -> None:
+    """Each kernel of sums whose `reduction` is 'atomic' (or None, with `accumulate`)
+    merged into another kernel walking its rows; the one with fewer sums is the guest
+    (dq into dk/dv). An explicit 'atomic' that cannot merge is an error."""
+    for names, guest in sorted(out.sums, key=lambda g: len(g[0])):
+        kernel = f"{graph_name}.{names[0]}"
+        choice = reduction(kernel)
+        if choice == "two_stage" or choice is None and not accumulate or \
+                names not in [n for n, _ in out.sums]:
+            continue
+        why = "no other kernel of streamed sums walks its rows"
+        for i, (host_names, host) in enumerate(out.sums):
+            if host_names == names:
+                continue
+            try:
+                m = merge(host, guest, graph_name)
+            except NotStreamable as e:
+                why = str(e)
+                continue
+            out.sums[i] = (host_names, m.host)
+            out.sums = [(n, ss) for n, ss in out.sums if n != names]
+            out.finish.extend(m.finish)
+            out.temps.extend(m.temps)
+            break
+        else:
+            if choice == "atomic":
+                raise PlaitError(f"kernel {kernel}: reduction 'atomic' adds its sums up in "
+                                 f"another streamed kernel's loop, but {why}")

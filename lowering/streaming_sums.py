@@ -51,14 +51,18 @@ class StreamedSums:
     rows: str
     keys: str
     softmax: tuple[Node, ...] = ()  # exp(x - lse) nodes the stager put in place of softmaxes
+    # Sums over the rows instead (sum(w * b, over=rows), b a resident): each block adds its
+    # rows' part per key tile into an fp32 buffer zeroed before (`sums_merge.py`).
+    scattered: tuple[SumTerm, ...] = ()
 
     def text(self) -> str:
         outs = ", ".join(t.name for t in self.terms)
         batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
         names = lambda ns: ", ".join(n.attr("name") for n in ns)  # noqa: E731
+        added = "".join(f"; adds sum over {self.rows} into {t.name}" for t in self.scattered)
         return (f"stream {self.keys}: sums over {self.keys} giving {outs}, rows {self.rows}, "
                 f"reading {names(self.residents)} per block and {names(self.streamed)} per "
-                f"step{batch}")
+                f"step{batch}{added}")
 
 
 def split_sum(out: Node) -> tuple[Node, Node, Node, str]:
@@ -115,26 +119,40 @@ def find_sums(terms: dict[str, Node]) -> StreamedSums:
     scores, residents, streamed = [], {}, {}
     for term, _, _ in found:
         streamed.setdefault(term.operand.attr("name"), term.operand)
-        nodes = topo_order([term.weight])
-        for n in nodes:
-            if n.op in OPS and OPS[n.op].kind == "reduce":
-                a, c = _contraction(n, batch, rows, keys)
-                if n not in scores:
-                    scores.append(n)
-                residents.setdefault(a.attr("name"), a)
-                streamed.setdefault(c.attr("name"), c)
-        inside = {m.uid for s in scores for m in topo_order([s])}
-        for n in nodes:
-            if n.uid in inside:
-                continue
-            if n.op == "input":
-                if not set(n.axes) <= set(batch + (rows, keys)):
-                    raise NotStreamable(f"the weight of {term.name} reads "
-                                        f"{n.attr('name')!r} over [{','.join(n.axes)}]")
-            elif n.op not in SCORE_SOURCES and n.op not in PASS_THROUGH and \
-                    n.op != "stop_gradient" and (n.op not in OPS or
-                                                 OPS[n.op].kind != "elementwise"):
-                raise NotStreamable(f"the weight of {term.name} passes through {n.op}")
+        weight_roles(term, batch, rows, keys, scores, residents, streamed)
+    check_tensors(residents, streamed)
+    return StreamedSums(tuple(t for t, _, _ in found), tuple(scores),
+                        tuple(residents.values()), tuple(streamed.values()), batch, rows, keys)
+
+
+def weight_roles(term: SumTerm, batch, rows: str, keys: str, scores: list, residents: dict,
+                 streamed: dict) -> None:
+    """Add the score contractions in term's weight and their operands to the lists (by
+    name); NotStreamable if the weight holds anything a loop step cannot compute."""
+    nodes = topo_order([term.weight])
+    for n in nodes:
+        if n.op in OPS and OPS[n.op].kind == "reduce":
+            a, c = _contraction(n, batch, rows, keys)
+            if n not in scores:
+                scores.append(n)
+            residents.setdefault(a.attr("name"), a)
+            streamed.setdefault(c.attr("name"), c)
+    inside = {m.uid for s in scores for m in topo_order([s])}
+    for n in nodes:
+        if n.uid in inside:
+            continue
+        if n.op == "input":
+            if not set(n.axes) <= set(batch + (rows, keys)):
+                raise NotStreamable(f"the weight of {term.name} reads "
+                                    f"{n.attr('name')!r} over [{','.join(n.axes)}]")
+        elif n.op not in SCORE_SOURCES and n.op not in PASS_THROUGH and \
+                n.op != "stop_gradient" and (n.op not in OPS or
+                                             OPS[n.op].kind != "elementwise"):
+            raise NotStreamable(f"the weight of {term.name} passes through {n.op}")
+
+
+def check_tensors(residents: dict, streamed: dict) -> None:
+    """One 16-bit float dtype for every tile, and no tensor both resident and streamed."""
     tensors = list(residents.values()) + list(streamed.values())
     if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in (DType.BF16, DType.FP16):
         raise NotStreamable("the tensors of a streamed sum are " +
@@ -143,8 +161,6 @@ def find_sums(terms: dict[str, Node]) -> StreamedSums:
     overlap = set(residents) & set(streamed)
     if overlap:
         raise NotStreamable(f"{', '.join(sorted(overlap))} is read both per block and per step")
-    return StreamedSums(tuple(t for t, _, _ in found), tuple(scores),
-                        tuple(residents.values()), tuple(streamed.values()), batch, rows, keys)
 
 
 def _contraction(n: Node, batch, rows: str, keys: str) -> tuple[Node, Node]:

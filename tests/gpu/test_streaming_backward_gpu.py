@@ -23,13 +23,32 @@ BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 12
           (late, {"B": 1, "H": 2, "S": 80, "T": 70, "D": 16, "E": 24})]
 
 
+def _accumulated(bwd):
+    """dq added up in the dk/dv kernel's loop (the default gives it a loop of its own)."""
+    return {"algorithm": bwd.name, "kernels": {f"{bwd.name}.dq": {"reduction": "atomic"}}}
+
+
+@pytest.mark.parametrize("dq", ["accumulated", "own loop"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("algo,sizes", NOT_GROUPED + BIGGER,
                          ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
-def test_streamed_backward_on_the_gpu(algo, sizes, dtype):
+def test_streamed_backward_on_the_gpu(algo, sizes, dtype, dq):
+    check_backward(algo, sizes, dtype, dq)
+
+
+def test_rows_past_the_end_add_nothing_to_dq():
+    """Scores near -128 everywhere: a row past the end of T (zero-filled k, score 0)
+    would weigh exp(0 - lse) = inf, and 0 * inf is NaN; the accumulated dq must mask
+    those rows (T = 1000 ends inside a block of 64)."""
+    check_backward(CASES[0][0], {"B": 1, "H": 2, "S": 300, "T": 1000, "D": 64, "E": 64},
+                   torch.bfloat16, "accumulated", offset=4.0)
+
+
+def check_backward(algo, sizes, dtype, dq, offset=0.0):
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+    q, k, v = (torch.randn(*shape, generator=gen, device="cuda") * (0.1 if offset else 1)
                for shape in _shapes(sizes).values())
+    q, k, v = (q + offset).to(dtype), (k - offset).to(dtype), v.to(dtype)
     dout = torch.randn(*q.shape[:-1], sizes["E"], generator=gen, device="cuda").to(dtype)
     scale = sizes["D"] ** -0.5
     extra = _extra(algo, sizes)
@@ -40,7 +59,8 @@ def test_streamed_backward_on_the_gpu(algo, sizes, dtype):
     # out in the forward's dtype (the documents' fp32 bias promotes it to fp32).
     out_dtype = torch.float32 if extra else dtype
     got = plait.run(bwd, q, k, v, **extra_t, scale=scale, dout=dout,
-                    out=torch.from_numpy(out).cuda().to(out_dtype))
+                    out=torch.from_numpy(out).cuda().to(out_dtype),
+                    schedule=_accumulated(bwd) if dq == "accumulated" else None)
     step = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
     for name, want in ref.items():
         have = got[name].cpu().double().numpy()

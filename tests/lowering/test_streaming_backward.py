@@ -61,7 +61,15 @@ def _backward(algo, dtype, extra, save=("out",)):
     return bwd.graph(dtypes)
 
 
-def _run(algo, sizes, dtype, save=("out",)):
+def _dq_schedule(graph, dq: str) -> Schedule | None:
+    """dq in a loop of its own (the default), or added up in the dk/dv kernel's loop."""
+    if dq == "own loop":
+        return None
+    return Schedule.from_dict({"algorithm": graph.name,
+                               "kernels": {f"{graph.name}.dq": {"reduction": "atomic"}}})
+
+
+def _run(algo, sizes, dtype, save=("out",), dq="own loop"):
     inputs = _inputs(sizes, dtype)
     extra = _extra(algo, sizes)
     rng = np.random.default_rng(7)
@@ -73,17 +81,24 @@ def _run(algo, sizes, dtype, save=("out",)):
     if save:
         args["out"] = out.astype(inputs["q"].dtype)
     graph = _backward(algo, dtype, extra, save)
-    got = emulate(graph, None, sizes, args, {"scale": SCALE}, "sm_90a")
-    return graph, got, ref
+    schedule = _dq_schedule(graph, dq)
+    got = emulate(graph, schedule, sizes, args, {"scale": SCALE}, "sm_90a")
+    return graph, got, ref, schedule
 
 
+@pytest.mark.parametrize("dq", ["accumulated", "own loop"])
 @pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16])
 @pytest.mark.parametrize("algo,sizes", NOT_GROUPED, ids=lambda c: getattr(c, "name", None))
-def test_streamed_backward_matches_float64(algo, sizes, dtype):
-    graph, got, ref = _run(algo, sizes, dtype)
-    text = lower(graph, None, sizes, True, "sm_90a").kernel_graph.text()
-    for out in ("dq", "dk, dv"):
-        assert f"sums over {'T' if out == 'dq' else 'S'} giving {out}" in text, text
+def test_streamed_backward_matches_float64(algo, sizes, dtype, dq):
+    graph, got, ref, schedule = _run(algo, sizes, dtype, dq=dq)
+    text = lower(graph, schedule, sizes, True, "sm_90a").kernel_graph.text()
+    assert "sums over S giving dk, dv" in text, text
+    if dq == "own loop":
+        assert "sums over T giving dq" in text, text
+    else:     # added up per S tile in the dk/dv kernel, then cast
+        assert f"adds sum over T into {graph.name}.dq.acc" in text, text
+        assert "giving dq" not in text and f"{graph.name}.dq.acc : temp fp32[B,H,S,D] zeroed" \
+            in text, text
     assert "temp" in text and "[B,H,S,T]" not in text     # no score ever in memory
     step = 2.0 ** -8 if dtype == DType.BF16 else 2.0 ** -11
     for name, want in ref.items():
@@ -96,7 +111,7 @@ def test_streamed_backward_matches_float64(algo, sizes, dtype):
 
 def test_without_the_saved_output_the_forward_is_recomputed_streamed():
     algo, sizes = CASES[2]                       # causal, S < T
-    graph, got, ref = _run(algo, sizes, DType.BF16, save=())
+    graph, got, ref, _ = _run(algo, sizes, DType.BF16, save=())
     text = lower(graph, None, sizes, True, "sm_90a").kernel_graph.text()
     assert "softmax over T of q.k (over D) weighting v" in text
     assert "log-sum-exp over T of q.k" in text
@@ -117,7 +132,7 @@ def test_fully_masked_rows_get_zero_gradients():
     """Their p is 0, not the NaN of exp(-inf - -inf): dq is 0 there, and they add
     nothing to dk and dv."""
     sizes = {"B": 1, "H": 2, "S": 80, "T": 70, "D": 16, "E": 24}
-    graph, got, ref = _run(late, sizes, DType.BF16)
+    graph, got, ref, _ = _run(late, sizes, DType.BF16)
     dq = np.asarray(got["dq"], np.float64)
     assert (dq[:, :, 50:] == 0).all()
     assert np.abs(dq[:, :, :50]).max() > 0.01
@@ -174,13 +189,17 @@ def test_the_schedule_sets_the_backward_tiles():
 @pytest.mark.parametrize("algo,sizes", NOT_GROUPED + [
     (CASES[0][0], {"B": 1, "H": 2, "S": 100, "T": 90, "D": 128, "E": 128})],
     ids=lambda c: getattr(c, "name", None) or str(c.get("D", "")))
-def test_streamed_backward_assembles(algo, sizes, target):
+@pytest.mark.parametrize("dq", ["accumulated", "own loop"])
+def test_streamed_backward_assembles(algo, sizes, target, dq):
     extra = _extra(algo, sizes)
     graph = _backward(algo, DType.BF16, extra)
-    prog = compile_program(graph, None, sizes, True, target)
-    streamed = [t for t in lower(graph, None, sizes, True, target).threads
+    schedule = _dq_schedule(graph, dq)
+    prog = compile_program(graph, schedule, sizes, True, target)
+    streamed = [t for t in lower(graph, schedule, sizes, True, target).threads
                 if isinstance(t, StreamKernel)]
-    assert len(streamed) == 3                   # lse, dq, dk+dv
+    # lse, dk+dv (adding dq up), or lse, dq, dk+dv
+    assert len(streamed) == (3 if dq == "own loop" else 2)
+    assert [bool(t.scattered) for t in streamed][-1] == (dq == "accumulated")
     for kernel in prog.kernels:
         (usage,) = resource_usage(kernel.ptx, target).values()
         assert usage.spill_stores == 0, (kernel.name, usage)
@@ -195,7 +214,10 @@ def test_a_causal_mask_lets_every_backward_kernel_skip_tiles():
     low = lower(graph, None, sizes, True, "sm_90a")
     streamed = [t for t in low.threads if isinstance(t, StreamKernel)]
     assert len(streamed) == 3
-    for t in streamed:
+    accumulated = [t for t in lower(graph, _dq_schedule(graph, "accumulated"), sizes, True,
+                                    "sm_90a").threads if isinstance(t, StreamKernel)]
+    assert len(accumulated) == 2
+    for t in streamed + accumulated:
         assert "mask=index" in t.tile.text(), t.name
     plain = _backward(CASES[0][0], DType.BF16, {})
     for t in lower(plain, None, CASES[0][1], True, "sm_90a").threads:

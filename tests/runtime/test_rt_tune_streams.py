@@ -80,6 +80,7 @@ def test_the_backward_kernels_are_tuned_one_at_a_time_then_together(monkeypatch)
     keys = T.stream_candidates(graph, SIZES, "sm_90a")
     names = {next(iter(k)) for k in keys}
     assert {n.split(".")[-1][:3] for n in names} == {"lse", "dq", "dk"}
+
     def timer(schedule, inputs):
         return stand_in_ms(schedule, inputs, sorted(names))
     result = T.tune(bwd, SIZES, dtypes, "sm_90a", runner_for(bwd), timer, budget_s=900)
