@@ -48,10 +48,11 @@ class Target:
     sums_keys: int = 64
     sums_keys_wide: int = 32
     # dq added up in the dk/dv kernel's loop with fp32 atomics (`sums_merge.py`) where
-    # the schedule does not say: not by default. Measured on the H200 (2026-12-04,
-    # bench/attention_backward.py, 2 repeats) it took the backward from 0.57-0.74 of
-    # FA2 to 0.39-0.59 (S4096 D64: 116 TFLOP/s against 161 with dq's own loop): one
-    # f32 reduction per element of dq per 64 key rows costs more than the products it
+    # the schedule does not say: not by default. On the H200 (2026-12-04,
+    # bench/attention_backward_variants.py, one run, B4 H16) the backward took 5.88 ms
+    # accumulating against 4.21 with dq's own loop at S4096 D64 (11.14 against 7.89 at
+    # D128; 128 key rows per block, half the reductions, 4.94 and 9.30): one f32
+    # reduction per element of dq per block of key rows costs more than the products it
     # saves. Accumulating, the dk/dv kernel takes fewer keys per step (its product over
     # the rows needs registers: with 64 keys at D64, or 32 at D128, ptxas spills).
     sums_accumulate: bool = False
