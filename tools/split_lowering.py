@@ -52,7 +52,8 @@ MOVES = {
     "contraction_staging": "graph.contraction_staging",
     "invariant_staging": "graph.invariant_staging", "rotary_staging": "graph.rotary_staging",
     "stream_staging": "graph.stream_staging", "streaming": "graph.streaming",
-    "streaming_sums": "graph.streaming_sums", "policy": "graph.policy",
+    "streaming_sums": "graph.streaming_sums", "sums_merge": "graph.sums_merge",
+    "policy": "graph.policy",
     "layout": "graph.layout",   # the kernel graph plans grids with it; stage 4 reads it too
     # stages 3-4: tile and thread programs
     "tile": "tileir.tile", "tile_stream": "tileir.tile_stream",
