@@ -1,8 +1,8 @@
 """Every primitive op: its user-facing function, reference evaluation and gradient rule.
 
 The rules of one op stand together so that adding an op means adding one
-block here (and one lowering rule in `plait.lowering.ops_llvm` /
-`plait.lowering.emulate`). Reference evaluation works in float64 numpy.
+block here (and one lowering rule in `plait.lowering.nvptx.ops` /
+`plait.lowering.cpu.emulate`). Reference evaluation works in float64 numpy.
 Gradient rules build the gradient with the DSL itself: `vjp(node, g, out,
 *inputs)` gets Tensors and returns one gradient per input (None where none
 flows); autodiff sums gradients over broadcast axes afterwards.

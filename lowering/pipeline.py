@@ -18,20 +18,20 @@ from plait.dsl.graph import AlgorithmGraph
 from plait.schedule.model import Schedule
 from plait.schedule.validate import validate
 
-from . import emulate as emulator
+from .cpu import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
-from .gemm_emulate import run_gemm_program
-from .gemm_plan import GemmProgram, NotAGemm, plan_gemm
-from .kernels import KernelGraph, build_kernel_graph
-from .layout import make_layout
-from .policy import resolve
+from .cpu.gemm_emulate import run_gemm_program
+from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
+from .graph.kernels import KernelGraph, build_kernel_graph
+from .graph.layout import make_layout
+from .graph.policy import resolve
 from .target import DEFAULT_TARGET, get_target
-from .llvm_limits import SMS, STATIC_SHARED_LIMIT
-from .thread import ThreadProgram, build_thread_program
-from .stream_emulate import run_stream_program
-from .stream_plan import StreamKernel, plan_stream
-from .tile import TileProgram
-from .tile_stream import build_all_tile_programs
+from .limits import SMS, STATIC_SHARED_LIMIT
+from .tileir.thread import ThreadProgram, build_thread_program
+from .cpu.stream_emulate import run_stream_program
+from .stream.plan import StreamKernel, plan_stream
+from .tileir.tile import TileProgram
+from .tileir.tile_stream import build_all_tile_programs
 
 
 
@@ -137,9 +137,9 @@ def gemm_backend(g: GemmProgram):
     """The module that compiles a contraction kernel for its instruction; each has
     `emit_gemm_llvm_ir(g, entry)`, `gemm_ptx(llvm_ir, g, entry)` and `gemm_kernel(g, entry)`."""
     if g.instruction == "wgmma":
-        from . import gemm_sm90 as backend
+        from .gemm import sm90 as backend
     else:
-        from . import gemm_sm80 as backend
+        from .gemm import sm80 as backend
     return backend
 
 
@@ -150,7 +150,7 @@ def entry_name(kernel_name: str) -> str:
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                     aligned: bool, target: str, multiprocessors: int = SMS) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
-    from .llvm_backend import emit_ptx
+    from .nvptx.backend import emit_ptx
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
     for t in low.threads:
@@ -159,7 +159,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
             kernels.append(gemm_backend(t).gemm_kernel(t, entry))
             continue
         if isinstance(t, StreamKernel):
-            from .stream_sm80 import stream_kernel
+            from .stream.sm80 import stream_kernel
             kernels.append(stream_kernel(t, entry))
             continue
         ptx = emit_ptx(t, entry, target)
@@ -215,7 +215,7 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     """The text of every stage, keyed by stage name (the `--dump` file names). The llir
     and ptx stages map each kernel to its own whole module, which ptxas assembles as
     written (joined, a second `.version` line is a parse error)."""
-    from .llvm_backend import emit_llvm_ir, llvm_to_ptx
+    from .nvptx.backend import emit_llvm_ir, llvm_to_ptx
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}
     for t in low.threads:
@@ -224,7 +224,7 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
             llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
             ptx[t.name] = gemm_backend(t).gemm_ptx(llir[t.name], t, entry)
         elif isinstance(t, StreamKernel):
-            from .stream_sm80 import emit_stream_llvm_ir, stream_ptx
+            from .stream.sm80 import emit_stream_llvm_ir, stream_ptx
             llir[t.name] = emit_stream_llvm_ir(t, entry)
             ptx[t.name] = stream_ptx(llir[t.name], t, entry)
         else:

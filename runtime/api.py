@@ -159,7 +159,7 @@ def source_fingerprint(root: Path, folders=("dsl", "schedule", "lowering")) -> s
 def _multiprocessors() -> int:
     """The SMs of the device kernels will run on (a `wave` grid tile spreads over them);
     without a GPU, the planning figure of the lowering."""
-    from plait.lowering.llvm_limits import SMS
+    from plait.lowering.limits import SMS
 
     from . import driver
     return driver.multiprocessors() if driver.gpu_available() else SMS

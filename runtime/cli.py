@@ -81,7 +81,7 @@ def _dtypes(algo, args, schedule) -> dict:
     otherwise --dtype, else the schedule's policy, else the algorithm's natural default:
     bf16 where it has a contraction (what tensor cores take), fp32 elsewhere."""
     from plait.dsl.dtypes import DType, dtype_of
-    from plait.lowering.contraction import find_contractions
+    from plait.lowering.graph.contraction import find_contractions
     out = {}
     try:
         forced = dtype_of(args.dtype) if args.dtype else None

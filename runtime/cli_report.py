@@ -15,7 +15,7 @@ def kernel_paths(graph, schedule, sizes: dict[str, int], aligned: bool, target: 
     """One line per kernel: 'kernel K: tensor cores (wgmma)' or 'kernel K: generic (why)'.
     Read off the lowering (kernel graph and thread programs); the PTX is not touched."""
     from plait.lowering import pipeline
-    from plait.lowering.gemm_plan import GemmProgram
+    from plait.lowering.gemm.plan import GemmProgram
     low = pipeline.lower(graph, schedule, sizes, aligned, target)
     why_not = dict(low.kernel_graph.generic)
     contraction = {p.name: p.contraction for p in low.kernel_graph.kernels}

@@ -70,7 +70,7 @@ class TuneResult:
 def contraction_roles(graph, sizes, target) -> tuple[str, str] | None:
     """The axes playing M and N in the algorithm's first tensor-core kernel at these
     sizes (tiles are given by axis name), or None when no kernel reaches tensor cores."""
-    from plait.lowering.gemm_plan import GemmProgram
+    from plait.lowering.gemm.plan import GemmProgram
     from plait.lowering.pipeline import lower
     for t in lower(graph, None, sizes, True, target).threads:
         if isinstance(t, GemmProgram):
@@ -81,7 +81,7 @@ def contraction_roles(graph, sizes, target) -> tuple[str, str] | None:
 def candidates(graph, sizes, target) -> list[dict]:
     """The contraction keys to try on `target`: each of its instructions' tiles x stages x
     rasters (x persistence for wgmma); the lowering refuses what does not fit."""
-    from plait.lowering.gemm_tiles import MMA_TILES, WGMMA_TILES
+    from plait.lowering.gemm.tiles import MMA_TILES, WGMMA_TILES
     from plait.lowering.target import get_target
     roles = contraction_roles(graph, sizes, target)
     if roles is None:
@@ -110,7 +110,7 @@ def stream_candidates(graph, sizes, target) -> list[dict]:
     """`kernels:` keys to try for the streamed kernels: rows per block x keys per step x
     rows per warp for each; with several kernels, one kernel's variants at a time."""
     from plait.lowering.pipeline import lower
-    from plait.lowering.stream_plan import StreamKernel
+    from plait.lowering.stream.plan import StreamKernel
     streamed = [t for t in lower(graph, None, sizes, True, target).threads
                 if isinstance(t, StreamKernel)]
     out = []

@@ -1,6 +1,6 @@
 """What one thread holds: the product of its elements along every axis, times the rows in flight.
 
-`make_layout` (lowering/layout.py) caps each axis at 64 vectors per thread, but not
+`make_layout` (lowering/graph/layout.py) caps each axis at 64 vectors per thread, but not
 their product: `grid: {M: 64}` with `block: {M: {threads: 1}, N: {threads: 512,
 vector: 16}}` over N = 24576 gives each thread 64 x 48 = 3072 elements, 55k lines of
 PTX and twelve minutes of ptxas. The sizes decide the per-axis counts, so the layout

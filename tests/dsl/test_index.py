@@ -9,7 +9,7 @@ from plait.autodiff import grad
 from plait.autodiff.source import from_source, to_source
 from plait.dsl import (DType, PlaitError, Tensor, algorithm, cast, evaluate, exp, index,
                        logical_and, max, sum, where)
-from plait.lowering.gemm_plan import GemmProgram
+from plait.lowering.gemm.plan import GemmProgram
 from plait.lowering.pipeline import emulate, lower
 
 NEG = -1e30       # a large negative score: exp underflows to exactly 0

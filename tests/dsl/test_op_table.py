@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from plait.dsl.node import OPS, OpDef, reductions, register
-from plait.lowering import contraction_staging, kernels, mathfns
+from plait.lowering.graph import contraction_staging, kernels
+from plait.lowering.cpu import mathfns
 
 
 def test_every_layer_reads_the_reductions_from_the_table():

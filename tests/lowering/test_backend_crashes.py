@@ -8,10 +8,10 @@ from llvmlite import ir
 
 from plait.dsl import DType, PlaitError, Tensor, algorithm, cast, evaluate, max, min, sum, where
 from plait.dsl.dtypes import dtype_of
-from plait.lowering import mathfns
-from plait.lowering import ops_llvm as L
-from plait.lowering.gemm_plan import GemmProgram
-from plait.lowering.llvm_reduce import combine
+from plait.lowering.cpu import mathfns
+from plait.lowering.nvptx import ops as L
+from plait.lowering.gemm.plan import GemmProgram
+from plait.lowering.nvptx.reduce import combine
 from plait.lowering.pipeline import compile_program, emulate, lower
 from plait.runtime.ptxas import assemble, find_ptxas
 from plait.schedule import Schedule

@@ -3,7 +3,7 @@ import numpy as np
 
 import plait
 from plait.dsl import Tensor, algorithm, cast, gelu, sum
-from plait.lowering.contraction import find_contractions
+from plait.lowering.graph.contraction import find_contractions
 from plait.lowering.pipeline import lower
 
 

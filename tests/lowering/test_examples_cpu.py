@@ -5,7 +5,7 @@ from examples_catalog import EXAMPLES, load, random_inputs
 
 from plait.dsl import DType, evaluate
 from plait.lowering.pipeline import emulate
-from plait.lowering.policy import resolve, rounding_for
+from plait.lowering.graph.policy import resolve, rounding_for
 from plait.schedule.lookup import find_schedule
 
 TOL = {DType.FP32: 2e-5, DType.BF16: 1e-2, DType.FP16: 2e-3}

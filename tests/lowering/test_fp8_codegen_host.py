@@ -9,7 +9,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from plait.dsl.dtypes import DType, round_to
-from plait.lowering import ops_llvm as L
+from plait.lowering.nvptx import ops as L
 
 FORMATS = {DType.FP8_E4M3: ml_dtypes.float8_e4m3fn, DType.FP8_E5M2: ml_dtypes.float8_e5m2}
 

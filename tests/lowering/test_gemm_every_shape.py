@@ -9,11 +9,11 @@ import pytest
 import contraction_cases as cc
 from examples_catalog import random_inputs
 from plait.dsl import DType, evaluate
-from plait.lowering.gemm_copy import access_width
-from plait.lowering.gemm_plan import GemmProgram
-from plait.lowering.gemm_sm90 import kernel_args, tma_roles
+from plait.lowering.gemm.copy import access_width
+from plait.lowering.gemm.plan import GemmProgram
+from plait.lowering.gemm.sm90 import kernel_args, tma_roles
 from plait.lowering.pipeline import compile_program, emulate, lower
-from plait.lowering.policy import resolve, rounding_for
+from plait.lowering.graph.policy import resolve, rounding_for
 from plait.runtime.ptxas import assemble, find_ptxas, resource_usage
 
 from matmul import matmul

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from plait.dsl import DType, PlaitError, Tensor, algorithm, evaluate, gelu, softmax, sum
-from plait.lowering.gemm_plan import GemmProgram
+from plait.lowering.gemm.plan import GemmProgram
 from plait.lowering.pipeline import compile_program, emulate, lower
 from plait.runtime.ptxas import assemble, find_ptxas, resource_usage
 from plait.schedule import Schedule

@@ -103,7 +103,7 @@ def test_shared_prefetch_ring_is_sized_and_assembles(depth):
 
 @pytest.mark.parametrize("M,rows", [(16384, 125), (4096, 32), (300, 3), (50, 1)])
 def test_wave_tile_spreads_rows_over_one_block_per_sm(M, rows):
-    from plait.lowering.llvm_limits import SMS
+    from plait.lowering.limits import SMS
     low = _layernorm_bwd_lowered({"grid": {"M": "wave"}}, {"M": M, "N": 256})
     main = next(t for t in low.threads if t.name == "layernorm.bwd")
     assert dict(main.layout.grid)["M"] == rows
@@ -127,7 +127,7 @@ def test_wave_tile_is_for_a_walked_axis():
 def test_shared_memory_beyond_the_limit_falls_back_to_registers(N, ring, accumulators):
     """dw/db of 8 bytes a column and a ring of 3 rows fit a block at N=8192; at 16384 the
     ring goes, at 32768 the accumulators too: the kernel stays launchable."""
-    from plait.lowering.llvm_limits import shared_limit
+    from plait.lowering.limits import shared_limit
     low = _layernorm_bwd_lowered({"grid": {"M": "wave"}, "prefetch": 2,
                                   "prefetch_into": "shared",
                                   "block": {"N": {"threads": 256, "vector": 8}}},

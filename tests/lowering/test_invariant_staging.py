@@ -1,5 +1,5 @@
 """A reduction whose operand lacks an axis of the kernel holding it is computed once, in
-a kernel of its own (lowering/invariant_staging.py): attention's unstreamed backward
+a kernel of its own (lowering/graph/invariant_staging.py): attention's unstreamed backward
 computed its row term sum(dout * out, over=D) again for every key, and got it wrong on
 the GPU in a column-reduction block. Checked against numpy float64 on odd shapes, and
 assembled for sm_80 and sm_90a."""

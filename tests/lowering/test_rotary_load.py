@@ -10,12 +10,12 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from plait.dsl import DType, Tensor, algorithm, rotate_half
-from plait.lowering import ops_llvm as L
+from plait.lowering.nvptx import ops as L
 from plait.lowering.artifact import Buffer
-from plait.lowering.layout import AxisMap, Layout
-from plait.lowering.llvm_rotate import apply_rotation, rotated_source
+from plait.lowering.graph.layout import AxisMap, Layout
+from plait.lowering.nvptx.rotate import apply_rotation, rotated_source
 from plait.lowering.pipeline import lower
-from plait.lowering.rotate_load import rotated_vector, source_index
+from plait.lowering.tileir.rotate_load import rotated_vector, source_index
 from plait.schedule.model import Schedule
 
 

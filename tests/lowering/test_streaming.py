@@ -1,5 +1,5 @@
 """Attention written as math is streamed: one kernel walks the keys in tiles carrying the
-running max, sum and accumulator (lowering/streaming.py, tile_stream.py). The CPU executor
+running max, sum and accumulator (lowering/graph/streaming.py, tile_stream.py). The CPU executor
 of the streamed tile program is checked against float64 attention on odd shapes, masks
 included, and every such program is assembled for sm_80 and sm_90a (the GPU tier runs
 them: tests/gpu/test_streaming_gpu.py)."""
@@ -10,7 +10,7 @@ import pytest
 from plait.dsl import DType, Tensor, algorithm, index, logical_and, softmax, sum, tanh, where
 from plait.dsl.errors import PlaitError
 from plait.lowering.pipeline import compile_program, emulate, lower
-from plait.lowering.stream_plan import StreamKernel
+from plait.lowering.stream.plan import StreamKernel
 from plait.runtime.ptxas import assemble, find_ptxas, resource_usage
 from plait.schedule import Schedule
 from plait.schedule.errors import ScheduleError

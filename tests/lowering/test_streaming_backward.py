@@ -1,6 +1,6 @@
 """Attention's derived backward is streamed: dq walks the keys, dk and dv walk the queries
 (one kernel), with the softmax recomputed from a log-sum-exp kernel and the row term
-sum(dout * out) read from the saved output (lowering/stream_staging.py,
+sum(dout * out) read from the saved output (lowering/graph/stream_staging.py,
 streaming_sums.py, tile_stream_sums.py). The CPU executor of every kernel is checked
 against float64 gradients written here from the formulas, on odd shapes with masks, and
 each program is assembled for sm_80 and sm_90a (the GPU tier runs them:
@@ -12,7 +12,7 @@ from test_streaming import CASES, _extra, _inputs
 from plait.autodiff import grad
 from plait.dsl import DType, Tensor, algorithm, index, softmax, sum, where
 from plait.lowering.pipeline import compile_program, emulate, lower
-from plait.lowering.stream_plan import StreamKernel
+from plait.lowering.stream.plan import StreamKernel
 from plait.runtime.ptxas import find_ptxas, resource_usage
 from plait.schedule import Schedule
 

@@ -1,4 +1,4 @@
-"""dq added up in the dk/dv kernel's loop (lowering/sums_merge.py), chosen by the dq
+"""dq added up in the dk/dv kernel's loop (lowering/graph/sums_merge.py), chosen by the dq
 kernel's `reduction`: the kernels it leaves and their order, the zeroed fp32 buffer, a
 clear error where the merge cannot be made, and the CPU executor against float64 next
 to dq's own loop (the numbers: tests/lowering/test_streaming_backward.py, both ways)."""

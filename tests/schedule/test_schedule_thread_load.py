@@ -4,7 +4,7 @@ import time
 import pytest
 
 from plait.dsl import Tensor, algorithm, exp, max, sum
-from plait.lowering.layout import make_layout
+from plait.lowering.graph.layout import make_layout
 from plait.lowering.pipeline import lower
 from plait.schedule import Schedule, ScheduleError, load_schedule
 from plait.schedule.thread_load import MAX_THREAD_ELEMENTS, check_thread_load

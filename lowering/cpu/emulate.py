@@ -1,0 +1,242 @@
+"""The CPU executor of thread programs: every thread of every block, in lockstep.
+
+A value is a numpy array of shape (blocks, Tr, Tc, Rr, Rc, V), size 1 where
+it does not vary. Generated code has no divergent control flow (masks
+instead), so lockstep execution is exact: shuffles are index permutations
+along the thread dims, shared-memory steps fold warps in the order the GPU
+does. Running this on odd shapes checks a schedule's tiling, masks, layout
+and rounding without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from plait.dsl.dtypes import DType, round_to
+
+from . import mathfns
+from ..tileir.rotate_load import source_index
+from ..tileir.thread import ThreadProgram
+
+_NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
+       DType.BOOL: np.bool_}
+_TR, _TC, _RR, _RC, _V = 1, 2, 3, 4, 5
+
+
+def _blocks(prog: ThreadProgram, sizes) -> tuple[int, dict[str, np.ndarray]]:
+    counts = [-(-sizes[a] // t) for a, t in prog.layout.grid]
+    total = int(np.prod(counts)) if counts else 1
+    linear = np.arange(total)
+    index = {}
+    for (axis, _), count in reversed(list(zip(prog.layout.grid, counts))):
+        index[axis] = (linear % count).reshape(-1, 1, 1, 1, 1, 1)
+        linear = linear // count
+    return total, index
+
+
+def _shape(n, dim):
+    s = [1] * 6
+    s[dim] = n
+    return s
+
+
+class _Machine:
+    def __init__(self, prog: ThreadProgram, sizes: dict[str, int]):
+        self.prog = prog
+        self.sizes = sizes
+        self.layout = prog.layout
+        self.nblocks, self.block_index = _blocks(prog, sizes)
+        self.partial = dict(self.layout.partial_axes)
+        self.loop_index = 0
+        self.shared: dict[int, np.ndarray] = {}   # smem_put slot -> every thread's partials
+
+    def index(self, axis: str) -> np.ndarray:
+        lay = self.layout
+        if axis in self.partial:
+            return self.block_index[self.partial[axis]]
+        tile = dict(lay.grid).get(axis)
+        base = self.block_index[axis] * tile if tile is not None else 0
+        if lay.loop is not None and axis == lay.loop.axis:
+            return base + self.loop_index
+        if lay.row is not None and axis == lay.row.axis:
+            m = lay.row
+            return base + np.arange(m.reps).reshape(_shape(m.reps, _RR)) * m.threads + \
+                np.arange(m.threads).reshape(_shape(m.threads, _TR))
+        if lay.col is not None and axis == lay.col.axis:
+            m = lay.col
+            return (base + np.arange(m.reps).reshape(_shape(m.reps, _RC)) * m.threads * m.vector
+                    + np.arange(m.threads).reshape(_shape(m.threads, _TC)) * m.vector
+                    + np.arange(m.vector).reshape(_shape(m.vector, _V)))
+        return base
+
+    def in_bounds(self, axes) -> np.ndarray:
+        mask = np.ones([1] * 6, bool)
+        for a in axes:
+            mask = mask & (self.index(a) < self.sizes[a])
+        return mask
+
+    def owner(self, axes) -> np.ndarray:
+        """Only one thread stores an element that several threads hold."""
+        mask = np.ones([1] * 6, bool)
+        for m, dim in ((self.layout.row, _TR), (self.layout.col, _TC)):
+            if m is not None and m.axis not in axes:
+                mask = mask & (np.arange(m.threads).reshape(_shape(m.threads, dim)) == 0)
+        return mask
+
+
+def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[str, np.ndarray],
+                       scalars: dict[str, float]) -> None:
+    """Execute `prog`, reading and writing the numpy buffers in `arrays` (by buffer name)."""
+    m = _Machine(prog, sizes)
+    vals: dict[int, np.ndarray] = {}
+    region = {op.id: op.attr("region", "pre") for op in prog.ops}
+    for op in prog.ops:
+        if region[op.id] == "pre":
+            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+    if prog.layout.loop is not None:
+        body = [op for op in prog.ops if region[op.id] == "loop"]
+        for i in range(prog.layout.loop.tile):
+            m.loop_index = i
+            for op in body:
+                args = [vals[a] for a in op.args]
+                if op.op == "loop_acc":
+                    vals[op.id] = _accumulate(m, op, vals.get(op.id), args[0])
+                else:
+                    vals[op.id] = _step(m, op, args, arrays, scalars)
+    for op in prog.ops:
+        if region[op.id] == "post":
+            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+
+
+def _accumulate(m: _Machine, op, acc, value):
+    """One loop step of a reduction over the walked axis (rows past the end: identity)."""
+    dtype = _NP[op.dtype]               # integers reduce as integers, not in fp32
+    identity = mathfns.reduce_identity(op.attr("op"), dtype)
+    value = np.where(m.in_bounds((op.attr("axis"),)), value, identity).astype(dtype)
+    return value if acc is None else mathfns.reduce_fn(op.attr("op"))(acc, value)
+
+
+def _rounded(value, op):
+    target = op.attr("round")
+    if target is None:
+        return value
+    return round_to(value.astype(np.float64), target).astype(np.float32)
+
+
+def _step(m: _Machine, op, args, arrays, scalars):
+    kind = op.op
+    if kind == "load":
+        buf = arrays[op.attr("buffer")]
+        axes = m.prog.buffer(op.attr("buffer")).axes
+        mask = m.in_bounds(axes)
+        rotate = op.attr("rotate") or (None, None)
+        index = {a: m.index(a) for a in axes}
+        if rotate[0] is not None:
+            index[rotate[0]], negate = source_index(index[rotate[0]], m.sizes[rotate[0]],
+                                                    rotate[1])
+        idx = tuple(np.where(mask, index[a], 0) for a in axes)
+        value = buf[idx] if axes else np.broadcast_to(buf, mask.shape)
+        if rotate[0] is not None:
+            value = np.where(negate, -value, value)
+        return np.where(mask, value, np.zeros((), buf.dtype))
+    if kind == "store":
+        buffer = m.prog.buffer(op.attr("buffer"))
+        target = arrays[buffer.name]
+        mask = m.in_bounds(buffer.axes) & m.owner(buffer.axes)
+        shape = np.broadcast_shapes(mask.shape, args[0].shape,
+                                    *[m.index(a).shape for a in buffer.axes])
+        mask = np.broadcast_to(mask, shape)
+        value = np.broadcast_to(args[0], shape)
+        idx = tuple(np.broadcast_to(m.index(a), shape)[mask] for a in buffer.axes)
+        stored = round_to(value[mask].astype(np.float64), buffer.dtype) \
+            if buffer.dtype.is_float else value[mask]
+        if buffer.axes:
+            target[idx] = stored.astype(target.dtype)
+        elif stored.size:          # a scalar output: the one owning thread's value
+            target[()] = stored.reshape(-1)[-1]
+        return None
+    if kind == "convert":
+        return args[0].astype(_NP[op.dtype])
+    if kind == "param":
+        return np.asarray(scalars[op.attr("name")], _NP[op.dtype]).reshape([1] * 6)
+    if kind == "const":
+        return np.asarray(op.attr("value"), _NP[op.dtype]).reshape([1] * 6)
+    if kind == "size":
+        return np.asarray(m.sizes[op.attr("axis")], _NP[op.dtype]).reshape([1] * 6)
+    if kind == "iota":
+        return np.asarray(m.index(op.attr("axis")), np.int32)
+    if kind == "round":
+        return _rounded(args[0], op)
+    if kind == "where":
+        return np.where(*args)
+    if kind in mathfns.UNARY:
+        with np.errstate(all="ignore"):
+            return _rounded(mathfns.UNARY[kind](args[0]), op)
+    if kind in mathfns.BINARY:
+        with np.errstate(all="ignore"):
+            return _rounded(mathfns.BINARY[kind](*args), op)
+    if kind == "reduce_local":
+        return _reduce_local(m, op, args[0])
+    if kind == "reduce_shfl":
+        return _reduce_shfl(m, op, args[0])
+    if kind == "barrier":             # lockstep execution: every thread is already there
+        return None
+    if kind == "smem_put":
+        amap, dim = _thread_dim(m, op.attr("axis"))
+        m.shared[op.attr("slot")] = np.broadcast_to(
+            args[0], [s if d != dim else amap.threads for d, s in enumerate(args[0].shape)])
+        return None
+    if kind == "smem_fold":
+        return _reduce_smem(m, op, m.shared[op.attr("slot")])
+    if kind == "reduce_done":
+        return _rounded(args[0], op)
+    raise NotImplementedError(f"emulator has no rule for {kind!r}")
+
+
+def _reduce_local(m: _Machine, op, value):
+    axis = op.attr("axis")
+    fn = mathfns.reduce_fn(op.attr("op"))
+    dtype = _NP[op.dtype]
+    identity = mathfns.reduce_identity(op.attr("op"), dtype)
+    value = np.where(m.in_bounds((axis,)), value, identity).astype(dtype)
+    lay = m.layout
+    dims = (_RR,) if lay.row is not None and axis == lay.row.axis else \
+        (_RC, _V) if lay.col is not None and axis == lay.col.axis else ()
+    for dim in (_V, _RC, _RR):        # vector lanes first, as the GPU code does
+        if dim in dims and value.shape[dim] > 1:
+            acc = np.take(value, [0], axis=dim)
+            for i in range(1, value.shape[dim]):
+                acc = fn(acc, np.take(value, [i], axis=dim))
+            value = acc
+    return value
+
+
+def _thread_dim(m: _Machine, axis):
+    lay = m.layout
+    if lay.row is not None and axis == lay.row.axis:
+        return lay.row, _TR
+    return lay.col, _TC
+
+
+def _reduce_shfl(m: _Machine, op, value):
+    amap, dim = _thread_dim(m, op.attr("axis"))
+    fn = mathfns.reduce_fn(op.attr("op"))
+    value = np.broadcast_to(value, [s if d != dim else amap.threads
+                                    for d, s in enumerate(value.shape)])
+    lane = np.arange(amap.threads)
+    for lanes in op.attr("lanes"):
+        value = fn(value, np.take(value, lane ^ (lanes >> amap.shift), axis=dim))
+    return value
+
+
+def _reduce_smem(m: _Machine, op, value):
+    amap, dim = _thread_dim(m, op.attr("axis"))
+    fn = mathfns.reduce_fn(op.attr("op"))
+    value = np.broadcast_to(value, [s if d != dim else amap.threads
+                                    for d, s in enumerate(value.shape)])
+    first = min(op.attr("bits")) - amap.shift     # thread-index bit where warps start
+    group = 1 << first
+    warps = amap.threads // group
+    acc = np.take(value, [0], axis=dim)
+    for w in range(1, warps):
+        acc = fn(acc, np.take(value, [w * group], axis=dim))
+    return acc

@@ -1,0 +1,156 @@
+"""The CPU executor of a streamed tile program (`tile_stream.py`): the spec of its loop.
+
+Values are numpy arrays over the kernel's axes in canonical order, size 1 along an axis
+they do not vary on. The loop axis is walked in the program's steps: inside the body a
+value along it covers one step, and positions past the end are what the GPU sees there
+(loads zero-filled, reductions skip them). Rows are independent, so the blocks' tiling of
+the other axes changes nothing and all rows run at once; the T tiling, the order of the
+rescaling and every rounding are the kernel's. Elementwise ops run through the thread
+executor's rules (`emulate._step`), so both executors round alike.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from plait.dsl.dtypes import round_to
+
+from . import mathfns
+from .emulate import _NP
+from .emulate import _step as elementwise_step
+from ..tileir.tile import TileProgram
+from ..tileir.tile_stream import loop_body
+
+
+class _Frame:
+    def __init__(self, prog: TileProgram, sizes: dict[str, int]):
+        self.axes = prog.axes
+        self.sizes = sizes
+        self.buffers = {b.name: b for b in prog.buffers}
+        self.loop_axis = None
+        self.start = 0
+        self.step = 0
+
+    def dim(self, axis: str) -> int:
+        return self.axes.index(axis)
+
+    def index(self, axis: str) -> np.ndarray:
+        """Positions along `axis`, shaped to broadcast in the frame."""
+        shape = [1] * len(self.axes)
+        if axis == self.loop_axis:
+            shape[self.dim(axis)] = self.step
+            return (self.start + np.arange(self.step)).reshape(shape)
+        shape[self.dim(axis)] = self.sizes[axis]
+        return np.arange(self.sizes[axis]).reshape(shape)
+
+    def inside(self, axis: str) -> np.ndarray:
+        return self.index(axis) < self.sizes[axis]
+
+    def load(self, name: str) -> np.ndarray:
+        """The buffer's elements at the frame's positions (all index arrays broadcast to
+        the frame, so the result is in frame order), zero outside."""
+        buf = self.buffers[name]
+        ok = np.ones((1,) * len(self.axes), bool)
+        idx = []
+        for a in buf.axes:
+            i = self.index(a)
+            ok = ok & (i < self.sizes[a])
+            idx.append(np.where(i < self.sizes[a], i, 0))
+        source = self.arrays[name]
+        picked = source[tuple(idx)] if idx else source
+        return np.where(ok, picked, np.zeros((), source.dtype))
+
+
+def run_stream_program(prog: TileProgram, sizes: dict[str, int], arrays: dict,
+                       scalars: dict[str, float]) -> None:
+    f = _Frame(prog, sizes)
+    f.arrays = arrays
+    vals: dict[int, np.ndarray] = {}
+    ops = list(prog.ops)
+    loop = next(op for op in ops if op.op == "loop")
+    body, yielded = loop_body(ops, loop.id)
+    in_body = {op.id for op in body} | {yielded.id}
+    for op in ops:
+        if op.id == loop.id:
+            carried = [vals[a] for a in op.args]
+            axis, step = op.attr("axis"), op.attr("step")
+            f.loop_axis, f.step = axis, step
+            for start in range(0, sizes[axis], step):
+                f.start = start
+                for inner in body:
+                    vals[inner.id] = _run(f, inner, vals, carried, arrays, scalars)
+                carried = [vals[a] for a in yielded.args]
+            f.loop_axis = None
+            vals[op.id] = carried
+        elif op.id not in in_body:
+            vals[op.id] = _run(f, op, vals, vals.get(op.attr("loop")), arrays, scalars)
+
+
+def _run(f: _Frame, op, vals, carried, arrays, scalars):
+    kind = op.op
+    args = [vals[a] for a in op.args]
+    if kind == "load":
+        return f.load(op.attr("buffer"))
+    if kind == "carried":
+        return np.asarray(carried[op.attr("index")], np.float32)
+    if kind == "result":
+        return np.asarray(carried[op.attr("index")], np.float32)
+    if kind == "dot":
+        a, b = (x.astype(np.float64) for x in args[:2])
+        d = f.dim(op.attr("over"))
+        total = (a * b).sum(axis=d, keepdims=True).astype(np.float32)
+        return total if len(args) == 2 else (args[2] + total).astype(np.float32)
+    if kind in mathfns.REDUCE and op.attr("axis") is not None:
+        axis = op.attr("axis")
+        fn = mathfns.REDUCE[kind]
+        identity = mathfns.reduce_identity(kind, np.float32)
+        value = np.where(f.inside(axis), args[0], identity).astype(np.float32)
+        return fn.reduce(value, axis=f.dim(axis), keepdims=True).astype(np.float32)
+    if kind == "iota":
+        return np.asarray(f.index(op.attr("axis")), np.int32)
+    if kind == "size":
+        return np.asarray(f.sizes[op.attr("axis")], _NP[op.dtype])
+    if kind == "param":
+        return np.asarray(scalars[op.attr("name")], _NP[op.dtype])
+    if kind == "const":
+        return np.asarray(op.attr("value"), _NP[op.dtype])
+    if kind == "atomic_add":
+        _add_into(f, arrays[op.attr("buffer")], f.buffers[op.attr("buffer")], args[0])
+        return None
+    if kind == "store":
+        buf = f.buffers[op.attr("buffer")]
+        value = args[0]
+        keep = tuple(f.dim(a) for a in buf.axes)
+        drop = tuple(d for d in range(len(f.axes)) if d not in keep)
+        value = np.broadcast_to(value, [f.sizes[a] if d in keep else value.shape[d]
+                                        for d, a in enumerate(f.axes)])
+        value = value.reshape([s for d, s in enumerate(value.shape) if d not in drop]) \
+            if all(value.shape[d] == 1 for d in drop) else None
+        if value is None:
+            raise ValueError(f"store to {buf.name} of a value that varies along an axis "
+                             "the buffer does not have")
+        kept = [a for a in f.axes if a in buf.axes]      # frame order; the buffer's may differ
+        value = value.transpose([kept.index(a) for a in buf.axes])
+        arrays[buf.name][...] = round_to(value.astype(np.float64), buf.dtype).astype(
+            arrays[buf.name].dtype)
+        return None
+    return elementwise_step(None, op, args, arrays, scalars)
+
+
+
+def _add_into(f: _Frame, target: np.ndarray, buf, value: np.ndarray) -> None:
+    """A step's sum added into the buffer at the step's positions inside the loop axis
+    (what the kernel's atomic adds leave once every block has added its rows)."""
+    extent = [f.step if a == f.loop_axis else f.sizes[a] for a in f.axes]
+    value = np.broadcast_to(value, [extent[d] if a in buf.axes else value.shape[d]
+                                    for d, a in enumerate(f.axes)])
+    if any(value.shape[d] != 1 for d, a in enumerate(f.axes) if a not in buf.axes):
+        raise ValueError(f"atomic add into {buf.name} of a value that varies along an axis "
+                         "the buffer does not have")
+    value = value.reshape([value.shape[d] for d, a in enumerate(f.axes) if a in buf.axes])
+    kept = [a for a in f.axes if a in buf.axes]
+    value = value.transpose([kept.index(a) for a in buf.axes])
+    n = min(f.step, f.sizes[f.loop_axis] - f.start)
+    at = tuple(slice(f.start, f.start + n) if a == f.loop_axis else slice(None)
+               for a in buf.axes)
+    part = tuple(slice(0, n) if a == f.loop_axis else slice(None) for a in buf.axes)
+    target[at] = (target[at] + value[part]).astype(np.float32)

@@ -1,0 +1,1 @@
+"""Stage 2: the kernel graph and the rewrites that cut and shape its kernels."""

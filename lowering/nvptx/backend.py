@@ -1,0 +1,382 @@
+"""Stages 5-6: thread program -> LLVM IR (llvmlite) -> PTX (LLVM's NVPTX backend).
+
+The only module of plait (with nvptx.ops) that touches llvmlite. Fragments are
+numpy object arrays of LLVM values, shape (Rr, Rc, V); elementwise ops
+broadcast them like the CPU executor broadcasts its arrays. Global loads and
+stores are predicated inline PTX (`@p ld.global.nc.v4.b32`), so masks cost no
+branches and the vector width is exactly what the thread program says.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+
+from plait.dsl.dtypes import DType
+
+from . import ops as L
+from .fragments import full as _full
+from .fragments import map_fragments as _map
+from .fragments import mask_and as _mask_and
+from ..limits import STATIC_SHARED_LIMIT
+from .reduce import ReductionEmitter
+from .rotate import apply_rotation, rotated_source
+from .ptx_memory import asm_load_words as _asm_load_words
+from .ptx_memory import unpack_words as _unpack_words
+from .ptx_memory import asm_store as _asm_store
+from .ptx_memory import asm_store_words as _asm_store_words
+from ..target import get_target
+from ..tileir.thread import ThreadProgram
+from ..tileir.tile import register_dtype
+
+
+
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
+    ptx = llvm_to_ptx(emit_llvm_ir(prog, entry, target), target)
+    return launch_bounds(ptx, entry, prog.layout.threads, prog.layout.occupancy)
+
+
+def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> str:
+    """With an occupancy asked for, tell ptxas the block size and blocks per SM to fit, so
+    it caps registers for them (alone, .maxntid makes ptxas guess an occupancy itself).
+    Blocks of more than 256 threads always state their size: 255 registers per thread
+    would not fit one such block in the register file, and the launch would fail."""
+    if not occupancy and threads <= 256:
+        return ptx
+    head = f".entry {entry}("
+    start = ptx.index(head)
+    body = ptx.index("\n{", start)
+    directives = f"\n.maxntid {threads}, 1, 1"
+    if occupancy:
+        directives += f"\n.minnctapersm {occupancy}"
+    return ptx[:body] + directives + ptx[body:]
+
+
+def llvm_to_ptx(llvm_ir: str, target: str) -> str:
+    _init_llvm()
+    module = llvm.parse_assembly(llvm_ir)
+    module.verify()
+    machine = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
+        cpu=target, features=get_target(target).ptx_feature, opt=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(machine, pto)
+    pb.getModulePassManager().run(module, pb)
+    return machine.emit_assembly(module)
+
+
+def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
+    return str(_Emitter(prog, entry, target).module)
+
+
+class _Emitter(ReductionEmitter):
+    def __init__(self, prog: ThreadProgram, entry: str, target: str):
+        self.prog = prog
+        self.lay = prog.layout
+        self.module = ir.Module(name=prog.name)
+        self.module.triple = "nvptx64-nvidia-cuda"
+        self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+        self.intr = L.Intrinsics(self.module)
+        arg_types, self.arg_names = [], []
+        for buf in prog.buffers:
+            arg_types.append(ir.PointerType(L.I8, 1))
+            self.arg_names.append(("buffer", buf.name))
+        for axis in prog.size_args:
+            arg_types.append(L.I32)
+            self.arg_names.append(("size", axis))
+        for name, dt in prog.scalars:
+            arg_types.append(L.REGISTER[DType.FP32 if dt.is_float else dt])
+            self.arg_names.append(("scalar", name))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arg_types), name=entry)
+        fn.calling_convention = "ptx_kernel"
+        for i, arg in enumerate(fn.args):
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        self.args = {key: fn.args[i] for i, key in enumerate(self.arg_names)}
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.smem = None
+        words = prog.smem_floats + prog.acc_floats + prog.stage_floats
+        if words:
+            dynamic = 4 * words > STATIC_SHARED_LIMIT
+            # Past the static limit the array is `extern` and sized by the launch.
+            self.smem = ir.GlobalVariable(self.module, ir.ArrayType(L.F32, 0 if dynamic else words),
+                                          name="plait_smem", addrspace=3)
+            self.smem.linkage = "external" if dynamic else "internal"
+            self.smem.align = 16
+        self._setup_indices()
+        self.values: dict[int, np.ndarray] = {}
+        self.loop_index = self.loop_count = None
+        self.policies: dict[bool, ir.Value] = {}
+        region = {op.id: op.attr("region", "pre") for op in prog.ops}
+        for op in prog.ops:
+            if region[op.id] == "pre":
+                self.values[op.id] = self._op(op)
+        if self.lay.loop is not None:
+            self._emit_loop([op for op in prog.ops if region[op.id] == "loop"], fn)
+        for op in prog.ops:
+            if region[op.id] == "post":
+                self.values[op.id] = self._op(op)
+        self.b.ret_void()
+
+    # ---- indices ---------------------------------------------------------
+    def sreg(self, name: str):
+        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
+
+    def size(self, axis: str):
+        return self.args[("size", axis)]
+
+    def _setup_indices(self) -> None:
+        b = self.b
+        self.tid = self.sreg("tid.x")
+        self.block_index: dict[str, ir.Value] = {}
+        grid = self.lay.grid
+        outer = grid
+        linear = self.sreg("ctaid.x")
+        if len(grid) > 1:
+            # artifact.split_grid: the innermost axis on x, the others over y and z
+            self.block_index[grid[-1][0]] = linear
+            outer = grid[:-1]
+            linear = b.add(self.sreg("ctaid.y"), b.mul(self.sreg("ctaid.z"),
+                                                        self.sreg("nctaid.y")))
+        for k, (axis, tile) in enumerate(reversed(outer)):
+            if k == len(outer) - 1:      # the outermost axis: what is left is its index
+                self.block_index[axis] = linear
+                if len(grid) > 1:        # z rounds up: the blocks past the end leave
+                    past = b.icmp_unsigned(">=", linear, self._blocks_along(axis, tile))
+                    with b.if_then(past, likely=False):
+                        b.ret_void()
+                break
+            count = self._blocks_along(axis, tile)
+            following = b.udiv(linear, count)
+            self.block_index[axis] = b.sub(linear, b.mul(following, count))
+            linear = following
+        self.thread_index = {}
+        for m in (self.lay.row, self.lay.col):
+            if m is not None:
+                self.thread_index[m.axis] = b.and_(b.lshr(self.tid, L.i32(m.shift)),
+                                                   L.i32(m.threads - 1))
+        self.partial = dict(self.lay.partial_axes)
+
+    def _blocks_along(self, axis: str, tile: int):
+        return self.b.udiv(self.b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
+
+    def base(self, axis: str):
+        tile = dict(self.lay.grid).get(axis)
+        if tile is None:
+            return L.i32(0)
+        return self.b.mul(self.block_index[axis], L.i32(tile))
+
+    @functools.cache
+    def index(self, axis: str, r: int, c: int, v: int, ahead=0):
+        """Element index along `axis` of fragment element (r, c, v) of this thread.
+
+        `ahead` picks the index of the walked axis: k the k-th after the current one
+        (prefetching), ("first", k) the k-th before the loop starts; either stops at the
+        block's last index."""
+        b = self.b
+        if axis in self.partial:
+            return self.block_index[self.partial[axis]]
+        if self.lay.loop is not None and axis == self.lay.loop.axis:
+            if isinstance(ahead, tuple):
+                step = L.i32(ahead[1])
+            else:
+                step = b.add(self.loop_index, L.i32(ahead)) if ahead else self.loop_index
+            if ahead and ahead != ("first", 0):
+                last = b.sub(self.loop_count, L.i32(1))
+                step = b.select(b.icmp_unsigned("<", step, self.loop_count), step, last)
+            return b.add(self.base(axis), step)
+        m = self.lay.map_of(axis)
+        if m is None:
+            return self.base(axis)
+        if m is self.lay.row:
+            return b.add(self.base(axis), b.add(L.i32(r * m.threads), self.thread_index[axis]))
+        offset = b.add(L.i32(c * m.threads * m.vector + v),
+                       b.mul(self.thread_index[axis], L.i32(m.vector)))
+        return b.add(self.base(axis), offset)
+
+    def always_in_bounds(self, axis: str, r: int, c: int, v: int) -> bool:
+        """True when no thread's element (r, c, v) can lie past the axis's end: the block
+        covers the whole axis (its extent is known when compiling) or the axis is gridded
+        with one element per block."""
+        if axis in self.partial:
+            return True
+        if self.lay.loop is not None and axis == self.lay.loop.axis:
+            return True                  # the loop stops at the axis's end (`loop_count`)
+        m = self.lay.map_of(axis)
+        if m is None:
+            return True
+        if m.tile is not None:
+            return False
+        if m is self.lay.row:
+            return r * m.threads + m.threads - 1 < m.extent
+        return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
+
+    @functools.cache
+    def in_bounds(self, axes: tuple, r: int, c: int, v: int, ahead=0):
+        b = self.b
+        masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
+                 for a in axes if not self.always_in_bounds(a, r, c, v)]
+        return _mask_and(b, masks)
+
+    @functools.cache
+    def owner(self, axes: tuple):
+        b = self.b
+        masks = [b.icmp_unsigned("==", self.thread_index[m.axis], L.i32(0))
+                 for m in (self.lay.row, self.lay.col)
+                 if m is not None and m.axis not in axes and m.threads > 1]
+        return _mask_and(b, masks)
+
+    def offset(self, buf, r, c, v, ahead=0, at=None):
+        """Element offset (i64) of fragment element (r, c, v) in a row-major buffer;
+        `at` overrides the index along some axes (a rotated load's source)."""
+        b = self.b
+        total = ir.Constant(L.I64, 0)
+        for i, axis in enumerate(buf.axes):
+            stride = ir.Constant(L.I64, 1)
+            for later in buf.axes[i + 1:]:
+                stride = b.mul(stride, b.zext(self.size(later), L.I64))
+            index = at[axis] if at and axis in at else self.index(axis, r, c, v, ahead)
+            total = b.add(total, b.mul(b.zext(index, L.I64), stride))
+        return total
+
+    def address(self, buf, r, c, v, ahead=0, at=None):
+        ptr = self.args[("buffer", buf.name)]
+        byte = self.b.mul(self.offset(buf, r, c, v, ahead, at),
+                          ir.Constant(L.I64, buf.dtype.itemsize))
+        return self.b.ptrtoint(self.b.gep(ptr, [byte]), L.I64)
+
+    # ---- ops -------------------------------------------------------------
+    def frag_shape(self, axes):
+        return self.lay.fragment(axes)
+
+    def _op(self, op) -> np.ndarray | None:
+        kind = op.op
+        b = self.b
+        shape = self.frag_shape(op.axes)
+        args = [self.values[a] for a in op.args]
+        if kind == "load":
+            return self._load(op)
+        if kind == "store":
+            self._store(op, args[0])
+            return None
+        if kind == "param":
+            value = self.args[("scalar", op.attr("name"))]
+            return _full(shape, value)
+        if kind == "const":
+            value = op.attr("value")
+            if op.dtype == DType.FP32:
+                return _full(shape, L.f32(value))
+            return _full(shape, ir.Constant(L.REGISTER[op.dtype], int(value)))
+        if kind == "size":
+            return _full(shape, b.sitofp(self.size(op.attr("axis")), L.F32) if
+                         op.dtype == DType.FP32 else self.size(op.attr("axis")))
+        if kind == "iota":
+            out = np.empty(shape, dtype=object)
+            for r, c, v in itertools.product(*(range(n) for n in shape)):
+                out[r, c, v] = self.index(op.attr("axis"), r, c, v)
+            return out
+        if kind == "convert":
+            src = self.prog.ops[op.args[0]]
+            if src.op == "load" and src.dtype != register_dtype(src.dtype):
+                # storage bits of a narrow float, left undecoded by the load
+                return _map(shape, lambda x: L.decode(b, x, src.dtype), args[0])
+            return _map(shape, lambda x: L.convert(b, x, op.dtype), args[0])
+        if kind == "round":
+            return self._rounded(op, args[0])
+        if kind == "where":
+            return _map(shape, lambda c, x, y: b.select(c, x, y), *args)
+        if kind == "barrier":
+            b.call(self.intr.get("llvm.nvvm.barrier0", ir.VoidType(), []), [])
+            return None
+        if kind == "smem_put":
+            self._smem_put(op, args[0])
+            return None
+        if kind in ("reduce_local", "reduce_shfl", "smem_fold"):
+            return getattr(self, "_" + kind)(op, args[0])
+        if kind == "reduce_done":
+            return self._rounded(op, args[0])
+        if len(args) == 1:
+            out = _map(shape, lambda x: L.unary(b, self.intr, kind, x), args[0])
+        else:
+            out = _map(shape, lambda x, y: L.binary(b, self.intr, kind, x, y), *args)
+        return self._rounded(op, out)
+
+    def _rounded(self, op, frag):
+        target = op.attr("round")
+        if target is None:
+            return frag
+        return _map(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
+
+    def _load(self, op, ahead=0) -> np.ndarray:
+        """Issue each memory instruction of `op` and unpack it before the next."""
+        buf = self.prog.buffer(op.attr("buffer"))
+        vec = op.attr("vector")
+        shape = self.frag_shape(buf.axes)
+        out = np.empty(shape, dtype=object)
+        rotate = op.attr("rotate")
+        for r, c, v0 in self.vectors(buf, vec):
+            mask = self.in_bounds(buf.axes, r, c, v0, ahead)
+            at, negate = rotated_source(self, buf, rotate, vec, r, c, v0, ahead) \
+                if rotate else (None, None)
+            regs = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead, at), mask, vec,
+                                   buf.dtype, self._cache_hint(buf))
+            self.unpack(out, (r, c, v0), regs, vec, buf.dtype)
+            if rotate:
+                apply_rotation(self.b, out, (r, c, v0), vec, buf, rotate, negate)
+        return out
+
+    def vectors(self, buf, vec: int):
+        """(r, c, v0) of each memory instruction a thread issues for `buf`, in order."""
+        shape = self.frag_shape(buf.axes)
+        for r, c in itertools.product(range(shape[0]), range(shape[1])):
+            for v0 in range(0, shape[2], vec):
+                yield r, c, v0
+
+    def unpack(self, out: np.ndarray, at, regs: list, vec: int, dtype: DType) -> None:
+        """The elements of loaded registers into fragment `out` from element `at` on."""
+        r, c, v0 = at
+        for k, bits in enumerate(_unpack_words(self.b, regs, vec, dtype)):
+            # Narrow floats stay bits until the tile program's `convert`.
+            out[r, c, v0 + k] = bits if dtype != register_dtype(dtype) \
+                else L.decode(self.b, bits, dtype)
+
+    def _cache_hint(self, buf):
+        """Data each block reads alone streams through (evict first); data every block
+        rereads, such as a weight row, is kept (evict last)."""
+        if not self.lay.cache_hints:
+            return None
+        walked = {a for a, _ in self.lay.grid}
+        reused = any(a not in buf.axes for a in walked)
+        if reused not in self.policies:
+            level = "evict_last" if reused else "evict_first"
+            self.policies[reused] = self.b.asm(
+                ir.FunctionType(L.I64, []),
+                f"createpolicy.fractional.L2::{level}.b64 $0, 1.0;", "=l", [], False)
+        return (".L1::evict_last" if reused else ".L1::no_allocate"), self.policies[reused]
+
+    def _store(self, op, value: np.ndarray) -> None:
+        buf = self.prog.buffer(op.attr("buffer"))
+        vec = op.attr("vector")
+        shape = self.frag_shape(buf.axes)
+        value = np.broadcast_to(value, shape)
+        owner = self.owner(buf.axes)
+        for r, c in itertools.product(range(shape[0]), range(shape[1])):
+            for v0 in range(0, shape[2], vec):
+                mask = _mask_and(self.b, [self.in_bounds(buf.axes, r, c, v0), owner])
+                address = self.address(buf, r, c, v0)
+                pairs = L.encode_pairs(self.b, [value[r, c, v0 + k] for k in range(vec)],
+                                       buf.dtype)
+                if pairs is not None:
+                    _asm_store_words(self.b, address, mask, pairs, 32)
+                    continue
+                bits = [L.encode(self.b, self.intr, value[r, c, v0 + k], buf.dtype)
+                        for k in range(vec)]
+                _asm_store(self.b, address, mask, bits, buf.dtype)

@@ -1,0 +1,1 @@
+"""The streamed-kernel path (online softmax, streamed sums): plan, sm_80 emitter."""

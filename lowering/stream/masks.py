@@ -1,0 +1,104 @@
+"""Which key tiles a position mask leaves whole, or empty: interval arithmetic in LLVM.
+
+A streamed program's logits may end in where(cond, s, -inf) with cond a function of
+positions (`mask=index`, tile_stream.py): causal, sliding window, prefix. Over one tile
+(rows lo..hi, keys lo..hi) each position is an interval, and so is every integer op of
+cond; a comparison of two intervals is true throughout, false throughout, or neither.
+The kernel then skips a tile where cond is false throughout (nothing is loaded or
+computed: every score would be -inf) and drops the mask's arithmetic where it is true
+throughout. Ops the arithmetic does not know give "neither", which is always safe.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..nvptx import ops as L
+
+_FALSE, _TRUE = ir.Constant(L.I1, 0), ir.Constant(L.I1, 1)
+_FLIP = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt", "eq": "eq", "ne": "ne"}
+
+
+class TileMask:
+    """`status(cond, box)` of one mask condition; `box` maps an axis to (lo, hi) i32."""
+
+    def __init__(self, emitter, ops: dict):
+        self.k = emitter
+        self.ops = ops
+
+    def status(self, cond_id: int, box: dict) -> tuple:
+        """(i1 true throughout the tile, i1 false throughout)."""
+        self.box, self.memo = box, {}
+        got = self._eval(cond_id)
+        return (got[1], got[2]) if got is not None and got[0] == "bool" else (_FALSE, _FALSE)
+
+    def _eval(self, vid: int):
+        if vid not in self.memo:
+            self.memo[vid] = self._compute(self.ops[vid])
+        return self.memo[vid]
+
+    def _compute(self, op):
+        b, kind = self.k.b, op.op
+        if kind == "iota":
+            axis = op.attr("axis")
+            if axis in self.box:
+                return ("num", *self.box[axis])
+            index = self.k.batch_index().get(axis)
+            return None if index is None else ("num", index, index)
+        if kind in ("const", "param", "size"):
+            value = self.k._elementwise(op, [], (None, None))
+            return ("num", value, value) if value.type != L.I1 else \
+                ("bool", value, b.not_(value))
+        args = [self._eval(a) for a in op.args]
+        if any(a is None for a in args):
+            return None
+        if kind == "convert" and args[0][0] == "num" and op.dtype.is_float:
+            lo, hi = args[0][1:]
+            if lo.type == L.F32:
+                return args[0]
+            return ("num", b.sitofp(lo, L.F32), b.sitofp(hi, L.F32))
+        if kind in ("add", "sub", "neg", "mul") and all(a[0] == "num" for a in args):
+            return self._arith(kind, args)
+        if kind in _FLIP and all(a[0] == "num" for a in args):
+            return self._compare(kind, args[0][1:], args[1][1:])
+        if kind in ("logical_and", "logical_or", "logical_not") and \
+                all(a[0] == "bool" for a in args):
+            if kind == "logical_not":
+                return ("bool", args[0][2], args[0][1])
+            (_, t1, f1), (_, t2, f2) = args
+            if kind == "logical_and":
+                return ("bool", b.and_(t1, t2), b.or_(f1, f2))
+            return ("bool", b.or_(t1, t2), b.and_(f1, f2))
+        return None
+
+    def _arith(self, kind, args):
+        b, intr = self.k.b, self.k.intr
+        if kind == "neg":
+            lo, hi = args[0][1:]
+            return ("num", L.unary(b, intr, "neg", hi), L.unary(b, intr, "neg", lo))
+        (_, alo, ahi), (_, blo, bhi) = args
+        if kind == "add":
+            return ("num", L.binary(b, intr, "add", alo, blo), L.binary(b, intr, "add", ahi, bhi))
+        if kind == "sub":
+            return ("num", L.binary(b, intr, "sub", alo, bhi), L.binary(b, intr, "sub", ahi, blo))
+        products = [L.binary(b, intr, "mul", x, y) for x in (alo, ahi) for y in (blo, bhi)]
+        lo, hi = products[0], products[0]
+        for p in products[1:]:
+            lo, hi = L.binary(b, intr, "minimum", lo, p), L.binary(b, intr, "maximum", hi, p)
+        return ("num", lo, hi)
+
+    def _compare(self, kind, a, c):
+        """a <op> c over intervals a = (lo, hi), c = (lo, hi)."""
+        b, intr = self.k.b, self.k.intr
+        if kind in ("ge", "gt"):
+            return self._compare(_FLIP[kind], c, a)
+
+        def cmp(op, x, y):
+            return L.binary(b, intr, op, x, y)
+        (alo, ahi), (clo, chi) = a, c
+        if kind == "le":
+            return ("bool", cmp("le", ahi, clo), cmp("gt", alo, chi))
+        if kind == "lt":
+            return ("bool", cmp("lt", ahi, clo), cmp("ge", alo, chi))
+        apart = b.or_(cmp("lt", ahi, clo), cmp("gt", alo, chi))
+        point = b.and_(b.and_(cmp("eq", alo, ahi), cmp("eq", clo, chi)), cmp("eq", alo, clo))
+        return ("bool", point, apart) if kind == "eq" else ("bool", apart, point)

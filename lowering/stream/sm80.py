@@ -1,0 +1,455 @@
+"""Stages 4-5 for a streamed tile program: its loop as an mma.sync kernel.
+
+A block takes `rows` rows of one batch index (16 or 32 per warp) and walks the streamed
+axis `keys` at a time. Threads copy the block's resident tiles once (q in the forward;
+k and v in the backward's dk/dv kernel), and each step's streamed tiles (k and v; q and
+dout) into one of two shared-memory stages (cp.async, 128-byte swizzle as in
+gemm.sm80), so the next step's copies overlap this step's arithmetic. For attention's
+forward:
+
+    prologue: copy q, k0, v0; wait; q fragments into registers (ldmatrix)
+    step j:   wait for tile j; bar.sync; copy tile j+1 into the other stage
+              scores = q . k_j (mma.sync), then the body's ops, in registers
+              acc = round(p) . v_j + acc * alpha   (p goes from accumulator to operand
+                                                    registers without shared memory)
+
+The backward's sums are the same loop with other dots: each `dot` over a width axis is
+a score (resident . streamed tile), each over the streamed axis a weighted product
+(value . streamed tile, added to a carried sum).
+
+Layouts. Every value of the tile program lives in registers in the layout of an mma
+accumulator fragment, or a slice of it: lane l of a warp holds, of each 16 rows, rows
+l/4 and l/4 + 8 (row slots), and of each 8 columns, columns 2(l%4) and 2(l%4) + 1. A value
+over [S, T] (scores) or [S, E] (the accumulator) is indexed (slot, column block, column
+pair); over [S] only by slot (a row reduction folds the thread's columns, then the four
+lanes of the quad by shuffles); over [T] or [E] only by its column. An op's operands are
+read at the projection of its own positions, which is the broadcast. The m16n8k16
+accumulator of two column blocks is, packed to 16-bit pairs, the A operand of the next
+product: that is why p never leaves registers (the products: stream/mma.py).
+
+Masks. A step whose key tile a position mask leaves empty skips its copies and its
+arithmetic; one the mask leaves whole (and inside the keys) runs a second copy of the
+body without the mask's ops (stream/masks.py decides, per block, by intervals).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from plait.dsl.dtypes import DType
+
+from ..cpu import mathfns
+from ..nvptx import ops as L
+from ..nvptx import ptx_mma as P
+from ..artifact import CompiledKernel
+from ..nvptx.kernel import KernelEmitter, loop, plain_args
+from ..nvptx.ptx_memory import asm_store
+from .copy import copy_rows, copy_step
+from .masks import TileMask
+from .mma import fragments, scatter, scores, tile_offsets, to_scratch, weighted
+from .plan import StreamKernel
+from ..tileir.tile import register_dtype
+from ..tileir.tile_stream import loop_body
+
+def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
+    """PTX with the block size stated, so ptxas may give each thread up to 255 registers."""
+    from ..nvptx.backend import launch_bounds, llvm_to_ptx
+    return launch_bounds(llvm_to_ptx(llvm_ir, sk.target), entry, sk.threads, 1)
+
+
+def emit_stream_llvm_ir(sk: StreamKernel, entry: str) -> str:
+    return str(_Emitter(sk, entry).module)
+
+
+def stream_kernel(sk: StreamKernel, entry: str) -> CompiledKernel:
+    ptx = stream_ptx(emit_stream_llvm_ir(sk, entry), sk, entry)
+    return CompiledKernel(sk.name, entry, sk.target, ptx, tuple(plain_args(sk)), sk.threads,
+                          sk.grid, sk.shared_bytes, sk.shared_bytes)
+
+
+class _Emitter(KernelEmitter):
+    def __init__(self, sk: StreamKernel, entry: str):
+        super().__init__(sk, entry, (), 128)
+        self.sk = sk
+        self.tiles = {t.name for t in sk.residents + sk.streamed}
+        self.ops = {op.id: op for op in sk.tile.ops}
+        self.buffers = {buf.name: buf for buf in sk.tile.buffers}
+        self._body()
+
+    # ---- positions ----------------------------------------------------------------------
+    def _blocks(self, axis: str) -> int:
+        """Column blocks of 8 a value along `axis` has (the padded tile)."""
+        sk = self.sk
+        return sk.keys // 8 if axis == sk.keys_axis else sk.pad(axis) // 8
+
+    def _col_axis(self, axes) -> str | None:
+        sk = self.sk
+        for axis in (sk.keys_axis,) + tuple(a for a, _ in sk.widths):
+            if axis in axes:
+                return axis
+        return None
+
+    def positions(self, axes) -> list[tuple]:
+        """The keys of a value's registers: (half or None, (block, pair) or None)."""
+        halves = range(2 * self.sk.row_blocks) if self.sk.rows_axis in axes else (None,)
+        col = self._col_axis(axes)
+        cols = [(j, e) for j in range(self._blocks(col)) for e in (0, 1)] if col else [None]
+        return [(h, c) for h in halves for c in cols]
+
+    def project(self, key, axes):
+        half, col = key
+        return (half if self.sk.rows_axis in axes else None,
+                col if self._col_axis(axes) else None)
+
+    def index_of(self, axis: str, key):
+        """The position along `axis` of register `key` (i32)."""
+        b, sk = self.b, self.sk
+        half, col = key
+        if axis == sk.rows_axis:
+            return b.add(self.row_base, L.i32(8 * half))
+        if axis == sk.keys_axis or axis in dict(sk.widths):
+            j, e = col
+            start = self.key0 if axis == sk.keys_axis else L.i32(0)
+            return b.add(start, b.add(self.lane_col, L.i32(8 * j + e)))
+        return self.batch_index()[axis]
+
+    def batch_index(self) -> dict:
+        if self._batch is None:
+            b, rest, out = self.b, self.batch_linear, {}
+            for axis in reversed(self.sk.batch):
+                out[axis] = b.urem(rest, self.size(axis))
+                rest = b.udiv(rest, self.size(axis))
+            self._batch = out
+        return self._batch
+
+    # ---- the kernel ---------------------------------------------------------------------
+    def _body(self) -> None:
+        sk, b = self.sk, self.b
+        self.base = b.trunc(b.ptrtoint(self.smem, L.I64), L.I32)
+        self.tid = self.sreg("tid.x")
+        self.lane = b.and_(self.tid, L.i32(31))
+        warp = self.warp = b.lshr(self.tid, L.i32(5))
+        pid = self.sreg("ctaid.x")
+        row_blocks = b.sdiv(b.add(self.size(sk.rows_axis), L.i32(sk.rows - 1)), L.i32(sk.rows))
+        self.batch_linear = b.udiv(pid, row_blocks)
+        self.m0 = b.mul(b.urem(pid, row_blocks), L.i32(sk.rows))
+        self.row_base = b.add(b.add(self.m0, b.mul(warp, L.i32(sk.rows_per_warp))),
+                              b.lshr(self.lane, L.i32(2)))
+        self.lane_col = b.shl(b.and_(self.lane, L.i32(3)), L.i32(1))
+        self.warp_row = b.mul(warp, L.i32(sk.rows_per_warp))
+        self.key0 = L.i32(0)
+        self.masked = True
+        self._batch = None
+        self.batch_index()          # computed here, where every branch below sees it
+        self.offsets = {}   # where this batch index's matrix of each tensor starts (elements)
+        for t in sk.residents + sk.streamed:
+            self.offsets[t.name] = self._matrix_at(t.name, t.axis, t.width)
+        for name in sk.outs:
+            last = self.buffers[name].axes[-1]
+            self.offsets[name] = self._matrix_at(name, sk.rows_axis, dict(sk.widths).get(last, 1))
+        for name in sk.scattered:         # [batch, keys, width]: added into per step
+            self.offsets[name] = self._matrix_at(name, sk.keys_axis,
+                                                 sk.width(self.buffers[name].axes[-1]))
+        ops = list(sk.tile.ops)
+        loop_op = next(op for op in ops if op.op == "loop")
+        body, yielded = loop_body(ops, loop_op.id)
+        in_body = {op.id for op in body} | {yielded.id, loop_op.id}
+        self.values: dict[int, dict] = {}
+        before = [op for op in ops if op.id < loop_op.id]
+        after = [op for op in ops if op.id > loop_op.id and op.id not in in_body]
+        for op in before:
+            self._emit(op)
+        n_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)), L.i32(sk.keys))
+        for t in sk.residents:
+            copy_rows(self, t.name, sk.rows_axis, self.m0, sk.rows, t.width, t.pad,
+                      b.add(self.base, L.i32(sk.resident_offset(t.name))))
+        self.masks = TileMask(self, self.ops)
+        self.index_mask = next((op.args[0] for op in body if op.attr("mask") == "index"),
+                               None)
+        first = b.and_(b.icmp_signed(">", n_steps, L.i32(0)),
+                       b.not_(self._tile_status(L.i32(0))[1]))
+        with b.if_then(first):
+            copy_step(self, L.i32(0), L.i32(0))
+        P.cp_async_commit(b)
+        P.cp_async_wait(b, 0)
+        P.barrier(b)
+        self.resident_frags = {t.name: fragments(self, t) for t in sk.residents} \
+            if sk.residents_in_registers else {}
+        self.tile_offsets = {(t.name, trans): tile_offsets(self, t, trans)
+                             for t in sk.streamed for trans in (False, True)}
+        carried_keys = []
+        init = []
+        for i, arg in enumerate(loop_op.args):
+            op = self._carried_op(body, loop_op.id, i)
+            keys = self.positions(op.axes)
+            carried_keys.append((op, keys))
+            init += [self._scalar(arg)] * len(keys)
+
+        def step(j, flat):
+            stage = b.and_(j, L.i32(1))
+            P.cp_async_wait(b, 0)           # this thread's copies of step j landed
+            P.barrier(b)                    # everyone's did, and step j-1 is done with
+            nxt = b.add(j, L.i32(1))        # the other stage, which is refilled now
+            ahead = b.icmp_signed("<", nxt, n_steps)
+            with b.if_then(b.and_(ahead, b.not_(self._tile_status(nxt)[1]))):
+                copy_step(self, nxt, b.sub(L.i32(1), stage))
+            P.cp_async_commit(b)
+            self.key0 = b.mul(j, L.i32(sk.keys))
+            self.stage_base = b.add(b.add(self.base, L.i32(sk.resident_bytes)),
+                                    b.mul(stage, L.i32(sk.stage_bytes)))
+            # A scattered sum's product spans the warps (a barrier in the body): then the
+            # whole block takes one branch.
+            whole, empty = self._tile_status(j, warp=not sk.scattered)
+            return self._branches(flat, whole, empty, body, yielded, carried_keys)
+        final = loop(b, self.fn, n_steps, init, step)
+        P.cp_async_wait(b, 0)
+        self.results = []
+        at = 0
+        for op, keys in carried_keys:
+            self.results.append(dict(zip(keys, final[at:at + len(keys)])))
+            at += len(keys)
+        for op in after:
+            self._emit(op)
+        b.ret_void()
+
+    def _tile_status(self, j, warp: bool = False) -> tuple:
+        """(i1 the tile of step j needs no mask, i1 its keys are all masked): the position
+        mask over the block's rows (the same in every thread: what the copies follow) or,
+        with `warp`, over this warp's rows (what its arithmetic follows; the step's body
+        has no barrier), and the tile's keys (stream.masks); and whether the tile ends
+        inside the keys."""
+        b, sk = self.b, self.sk
+        first = b.add(self.m0, self.warp_row) if warp else self.m0
+        count = sk.rows_per_warp if warp else sk.rows
+        key0 = b.mul(j, L.i32(sk.keys))
+        last = b.add(key0, L.i32(sk.keys - 1))
+        inside = b.icmp_signed("<=", b.add(key0, L.i32(sk.keys)), self.size(sk.keys_axis))
+        if self.index_mask is None:
+            return inside, ir.Constant(L.I1, 0)
+        box = {sk.rows_axis: (first, b.add(first, L.i32(count - 1))),
+               sk.keys_axis: (key0, last)}
+        true, false = self.masks.status(self.index_mask, box)
+        return b.and_(inside, true), false
+
+    def _branches(self, flat, whole, empty, body, yielded, carried_keys) -> list:
+        """The body twice, chosen per tile: without the masks where the tile is whole, with
+        them where it is not; a tile whose keys are all masked changes nothing."""
+        b = self.b
+        merge = self.fn.append_basic_block("tile_done")
+        compute = self.fn.append_basic_block("tile")
+        incoming = [(flat, b.block)]
+        b.cbranch(empty, merge, compute)
+        b.position_at_end(compute)
+        fast_block = self.fn.append_basic_block("tile_whole")
+        full_block = self.fn.append_basic_block("tile_masked")
+        b.cbranch(whole, fast_block, full_block)
+        for block, masked in ((fast_block, False), (full_block, True)):
+            b.position_at_end(block)
+            incoming.append((self._step_body(flat, body, yielded, carried_keys, masked),
+                             b.block))
+            b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for i, value in enumerate(flat):
+            phi = b.phi(value.type)
+            for values, block in incoming:
+                phi.add_incoming(values[i], block)
+            out.append(phi)
+        return out
+
+    def _step_body(self, flat, body, yielded, carried_keys, masked: bool) -> list:
+        at = 0
+        for op, keys in carried_keys:
+            self.values[op.id] = dict(zip(keys, flat[at:at + len(keys)]))
+            at += len(keys)
+        self.masked = masked
+        for op in body:
+            if op.op != "carried":
+                self._emit(op)
+        out = []
+        for (op, keys), value in zip(carried_keys, yielded.args):
+            vals = self.values[value]
+            out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
+        return out
+
+    def _matrix_at(self, name: str, rows_axis: str, width: int):
+        """Element offset (i64) of this block's batch index's [rows, width] matrix of a
+        tensor, over the batch axes it has (all of the block's, or fewer: the query heads
+        of a group share its k and v)."""
+        b, sk = self.b, self.sk
+        axes = [a for a in self.buffers[name].axes if a in sk.batch]
+        if list(axes) == list(sk.batch):
+            linear = b.zext(self.batch_linear, L.I64)
+        else:
+            linear = ir.Constant(L.I64, 0)
+            for axis in axes:
+                linear = b.add(b.mul(linear, b.zext(self.size(axis), L.I64)),
+                               b.zext(self.batch_index()[axis], L.I64))
+        rows = b.zext(self.size(rows_axis), L.I64)
+        return b.mul(linear, b.mul(rows, ir.Constant(L.I64, width)))
+
+    @staticmethod
+    def _carried_op(body, loop_id: int, index: int):
+        return next(op for op in body if op.op == "carried" and op.attr("loop") == loop_id
+                    and op.attr("index") == index)
+
+    def _scalar(self, vid: int):
+        (value,) = self.values[vid].values()
+        return value
+
+    # ---- the ops ------------------------------------------------------------------------------
+    def _emit(self, op) -> None:
+        sk = self.sk
+        kind = op.op
+        if kind == "load" and op.attr("buffer") not in self.tiles:
+            self.values[op.id] = {key: self._load_element(op, key)
+                                  for key in self.positions(op.axes)}
+            return
+        if kind in ("load", "carried", "yield"):
+            return                          # tiles are staged by the loop; carried by phis
+        if kind == "result":
+            self.values[op.id] = self.results[op.attr("index")]
+            return
+        if kind == "atomic_add":
+            dot = self.ops[op.args[0]]
+            scatter(self, self._operand_of(dot.args[1]), op.attr("buffer"))
+            return
+        if kind == "dot":
+            if op.attr("over") == sk.rows_axis:   # a scattered sum: its weights wait in
+                to_scratch(self, self.values[op.args[0]],   # shared memory for its
+                           self._operand_of(op.args[1]))     # atomic_add's product
+                return
+            if op.attr("over") == sk.keys_axis:
+                self.values[op.id] = weighted(self, self.values[op.args[0]],
+                                              self.values[op.args[2]],
+                                              self._operand_of(op.args[1]))
+            else:
+                self.values[op.id] = scores(self, self._operand_of(op.args[0]),
+                                            self._operand_of(op.args[1]))
+            return
+        if op.attr("mask") is not None and not self.masked:
+            self.values[op.id] = self.values[op.args[1]]   # the tile is whole: no mask
+            return
+        if kind in ("max", "sum", "min") and op.attr("axis") is not None:
+            self.values[op.id] = self._row_reduce(op)
+            return
+        if kind == "store":
+            self._store(op)
+            return
+        out = {}
+        for key in self.positions(op.axes):
+            args = [self.values[a][self.project(key, self.ops[a].axes)] for a in op.args]
+            out[key] = self._elementwise(op, args, key)
+        self.values[op.id] = out
+
+    def _operand_of(self, vid: int):
+        return self.sk.operand(self.ops[vid].attr("buffer"))
+
+    def _load_element(self, op, key):
+        """One element of a mask or bias tensor at register position `key`, its index
+        clamped inside the tensor (a position past the end is computed, never used): the
+        register value, or a narrow float's storage bits, which the program's `convert`
+        decodes."""
+        b = self.b
+        buf = self.buffers[op.attr("buffer")]
+        offset = ir.Constant(L.I64, 0)
+        for axis in buf.axes:
+            size = self.size(axis)
+            i = self.index_of(axis, key)
+            last = b.sub(size, L.i32(1))
+            i = b.select(b.icmp_signed(">", i, last), last, i)
+            offset = b.add(b.mul(offset, b.zext(size, L.I64)), b.zext(i, L.I64))
+        bits = L.STORAGE_BITS[buf.dtype]
+        base = self.args[("buffer", buf.name)]
+        ptr = b.bitcast(b.gep(base, [b.mul(offset, ir.Constant(L.I64, buf.dtype.itemsize))]),
+                        ir.PointerType(bits, 1))
+        bits = b.load(ptr)
+        # fp32 and integers have no `convert` after their load: decode here.
+        return L.decode(b, bits, buf.dtype) if buf.dtype == register_dtype(buf.dtype) else bits
+
+    def _elementwise(self, op, args, key):
+        b, intr = self.b, self.intr
+        kind = op.op
+        if kind == "param":
+            return self.args[("scalar", op.attr("name"))]
+        if kind == "const":
+            return L.f32(op.attr("value")) if op.dtype == DType.FP32 else \
+                ir.Constant(L.REGISTER[op.dtype], int(op.attr("value")))
+        if kind == "size":
+            size = self.size(op.attr("axis"))
+            return b.sitofp(size, L.F32) if op.dtype == DType.FP32 else size
+        if kind == "iota":
+            return self.index_of(op.attr("axis"), key)
+        if kind == "convert":
+            src = self.ops[op.args[0]]
+            if src.op == "load":             # storage bits to the register value
+                return L.decode(b, args[0], src.dtype)
+            return L.convert(b, args[0], op.dtype)
+        if kind == "round":
+            return L.round_to(b, intr, args[0], op.attr("round"))
+        shifted = self.ops[op.args[0]] if kind == "exp" and op.args else None
+        if shifted is not None and shifted.op == "sub" and op.attr("round") is None:
+            # exp(s - m) as ex2(s * log2(e) - m * log2(e)): one fma per score, and the
+            # row's m * log2(e) once (the online softmax's inner loop is bound by these).
+            s, m = (self.values[a][self.project(key, self.ops[a].axes)] for a in shifted.args)
+            log2e = L.f32(mathfns.LOG2E)
+            neg = b.fmul(m, L.f32(-mathfns.LOG2E))
+            return L.ex2(b, intr.call(b, "llvm.fma.f32", L.F32, [s, log2e, neg]))
+        return L.elementwise(b, intr, kind, args, op.attr("round"))
+
+    def _row_reduce(self, op) -> dict:
+        """Fold a value's columns into each of the thread's two rows: its own registers
+        (positions past the end of the axis skipped), then the quad's four lanes."""
+        b, intr = self.b, self.intr
+        src = self.values[op.args[0]]
+        combine = {"max": "maximum", "min": "minimum", "sum": "add"}[op.op]
+        axis = op.attr("axis")
+        out = {}
+        for half in range(2 * self.sk.row_blocks):
+            acc = None
+            for key, value in src.items():
+                if key[0] != half:
+                    continue
+                if self.masked:             # a whole tile has no keys past the end
+                    inside = b.icmp_signed("<", self.index_of(axis, key), self.size(axis))
+                    identity = L.f32(0.0) if op.op == "sum" else \
+                        L.f32(float("-inf") if op.op == "max" else float("inf"))
+                    value = b.select(inside, value, identity)
+                acc = value if acc is None else L.binary(b, intr, combine, acc, value)
+            for lanes in (1, 2):
+                other = intr.call(b, "llvm.nvvm.shfl.sync.bfly.f32", L.F32,
+                                  [L.i32(0xFFFFFFFF), acc, L.i32(lanes), L.i32(0x1F)])
+                acc = L.binary(b, intr, combine, acc, other)
+            out[(half, None)] = acc
+        return out
+
+    def _store(self, op) -> None:
+        """Pairs of adjacent columns go out as one store, inside rows only; a value over
+        the rows alone (a log-sum-exp) from the first lane of each quad."""
+        b, intr, sk = self.b, self.intr, self.sk
+        buf = self.buffers[op.attr("buffer")]
+        values = self.values[op.args[0]]
+        base = self.args[("buffer", buf.name)]
+        src_axes = self.ops[op.args[0]].axes
+        col_axis = self._col_axis(src_axes)
+        width = sk.width(col_axis) if col_axis else 1
+        first_lane = b.icmp_signed("==", b.and_(self.lane, L.i32(3)), L.i32(0))
+        for half in range(2 * sk.row_blocks):
+            row = b.add(self.row_base, L.i32(8 * half))
+            row_in = b.icmp_signed("<", row, self.size(sk.rows_axis))
+            row_at = b.add(self.offsets[buf.name],
+                           b.mul(b.zext(row, L.I64), ir.Constant(L.I64, width)))
+            if col_axis is None:
+                bits = [L.encode(b, intr, values[self.project((half, None), src_axes)],
+                                 buf.dtype)]
+                ptr = b.gep(base, [b.mul(row_at, ir.Constant(L.I64, buf.dtype.itemsize))])
+                asm_store(b, b.ptrtoint(ptr, L.I64), b.and_(row_in, first_lane), bits,
+                          buf.dtype)
+                continue
+            for je in range(sk.pad(col_axis) // 8):
+                col = b.add(self.lane_col, L.i32(8 * je))
+                inside = b.and_(row_in, b.icmp_signed("<", col, L.i32(width)))
+                bits = [L.encode(b, intr, values[self.project((half, (je, e)), src_axes)],
+                                 buf.dtype) for e in (0, 1)]
+                element = b.add(row_at, b.zext(col, L.I64))
+                ptr = b.gep(base, [b.mul(element, ir.Constant(L.I64, buf.dtype.itemsize))])
+                asm_store(b, b.ptrtoint(ptr, L.I64), inside, bits, buf.dtype)

@@ -1,0 +1,193 @@
+"""Stage 3: the tile program — what one thread block computes, in SSA.
+
+Values are tiles over a subset of the kernel's axes (broadcast by name). Each
+value lives in a *register dtype* (fp32, int32, int64 or bool); `round` names
+the narrower dtype the policy rounds it to after computing (bf16 compute, or
+an explicit cast). Each load stands just before its first use; stores come
+last.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
+from plait.dsl.node import OPS, Node, topo_order
+
+from ..artifact import Buffer
+from ..graph.kernels import REDUCE_OPS, KernelGraph, KernelPlan
+from ..graph.policy import ResolvedPolicy
+
+IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
+
+
+@dataclass(frozen=True)
+class TileOp:
+    id: int
+    op: str
+    args: tuple[int, ...]
+    axes: tuple[str, ...]
+    dtype: DType                 # register dtype; storage dtype for 'load'
+    attrs: tuple = ()
+
+    def attr(self, key, default=None):
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def with_attrs(self, **attrs) -> "TileOp":
+        """This op with the given attributes set (attributes stay sorted by key)."""
+        return TileOp(self.id, self.op, self.args, self.axes, self.dtype,
+                      tuple(sorted(dict(self.attrs, **attrs).items())))
+
+
+@dataclass(frozen=True)
+class TileProgram:
+    name: str
+    axes: tuple[str, ...]
+    grid: tuple[tuple[str, int], ...]
+    buffers: tuple[Buffer, ...]          # in kernel-argument order
+    scalars: tuple[tuple[str, DType], ...]
+    ops: tuple[TileOp, ...]
+
+    def text(self) -> str:
+        grid = ", ".join(f"{a}:{t}" for a, t in self.grid) or "-"
+        lines = [f"tile program {self.name} over [{','.join(self.axes)}] grid({grid})"]
+        for b in self.buffers:
+            lines.append(f"  arg {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]")
+        for name, dt in self.scalars:
+            lines.append(f"  arg {name} : scalar {dt}")
+        lines += [format_op(op) for op in self.ops]
+        return "\n".join(lines) + "\n"
+
+
+def format_op(op: TileOp) -> str:
+    """One tile op as a line of text: `  %3 = mul %1 %2 round=bf16 : fp32[M,N]`."""
+    args = " ".join(f"%{a}" for a in op.args)
+    attrs = " ".join(f"{k}={v}" for k, v in op.attrs)
+    body = " ".join(x for x in (op.op, args, attrs) if x)
+    return f"  %{op.id} = {body} : {op.dtype}[{','.join(op.axes)}]"
+
+
+def register_dtype(d: DType) -> DType:
+    return DType.FP32 if d.is_float else d
+
+
+class _Builder:
+    def __init__(self, plan: KernelPlan, buffers: dict[str, Buffer], policy: ResolvedPolicy):
+        self.plan = plan
+        self.buffers = buffers
+        self.policy = policy
+        self.ops: list[TileOp] = []
+        self.value: dict[int, int] = {}
+        self.used_buffers: list[str] = []
+        self.scalars: dict[str, DType] = {}
+
+    def emit(self, op, args, axes, dtype, **attrs) -> int:
+        self.ops.append(TileOp(len(self.ops), op, tuple(args), tuple(axes), dtype,
+                               tuple(sorted((k, v) for k, v in attrs.items() if v is not None))))
+        return len(self.ops) - 1
+
+    def use_buffer(self, name: str) -> None:
+        if name not in self.used_buffers:
+            self.used_buffers.append(name)
+
+    def build(self) -> TileProgram:
+        nodes = topo_order([v for _, v in self.plan.outputs])
+        # An input only rotate_half reads is loaded rotated by it, never plainly.
+        plain = {i.uid for n in nodes if n.op != "rotate_half" for i in n.inputs} | \
+            {v.uid for _, v in self.plan.outputs}
+        # A load is placed just before its first use: a row kept in registers across a
+        # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
+        # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
+        for n in nodes:
+            if n.op == "rotate_half":
+                self.value[n.uid] = self._rotated_load(n)
+                continue
+            for inp in n.inputs:
+                self._load_once(inp)
+            if n.op == "input":
+                if n.uid in plain:
+                    self._load_once(n)
+            else:
+                self.value[n.uid] = self._lower(n)
+        for buf, n in self.plan.outputs:
+            self.use_buffer(buf)
+            self.emit("store", (self.value[n.uid],), self.buffers[buf].axes,
+                      self.buffers[buf].dtype, buffer=buf)
+        ordered = [b for b in self.used_buffers if self.buffers[b].role == "input"] + \
+                  [b for b in self.used_buffers if self.buffers[b].role != "input"]
+        return TileProgram(self.plan.name, self.plan.axes, self.plan.schedule.grid,
+                           tuple(self.buffers[b] for b in ordered),
+                           tuple(sorted(self.scalars.items())), tuple(self.ops))
+
+    def _load_once(self, n: Node) -> None:
+        if n.op != "input" or n.uid in self.value:
+            return
+        self.use_buffer(n.attr("name"))
+        loaded = self.emit("load", (), n.axes, n.dtype, buffer=n.attr("name"))
+        self.value[n.uid] = self._to_register(loaded, n.axes, n.dtype)
+
+    def _rotated_load(self, n: Node) -> int:
+        """rotate_half of a tensor in memory: a load of the remapped index, the sign applied
+        (kernels.py has staged every computed operand into a temporary)."""
+        src = n.inputs[0]
+        if src.op != "input":
+            raise PlaitError("rotate_half of a computed value reached the tile program "
+                             "unstaged (lowering/graph/rotary_staging.py stages it)", n.loc)
+        self.use_buffer(src.attr("name"))
+        mode = "pairs" if n.attr("interleaved") else "half"
+        loaded = self.emit("load", (), src.axes, src.dtype, buffer=src.attr("name"),
+                           rotate=(n.attr("axis"), mode))
+        return self._to_register(loaded, src.axes, src.dtype)
+
+    def _to_register(self, vid: int, axes, dtype: DType) -> int:
+        reg = register_dtype(dtype)
+        return vid if reg == dtype else self.emit("convert", (vid,), axes, reg)
+
+    def _round_for(self, n: Node) -> DType | None:
+        target = self.policy.compute_of(n)
+        return target if target.is_float and target != DType.FP32 else None
+
+    def _lower(self, n: Node) -> int:
+        args = [self.value[i.uid] for i in n.inputs]
+        reg = register_dtype(n.dtype)
+        if n.op in IDENTITY_OPS:
+            return args[0]
+        if n.op == "param":
+            self.scalars[n.attr("name")] = n.dtype
+            return self.emit("param", (), (), reg, name=n.attr("name"))
+        if n.op == "const":
+            return self.emit("const", (), (), reg, value=n.attr("value"))
+        if n.op == "size":
+            return self.emit("size", (), (), reg, axis=n.attr("axis"))
+        if n.op == "iota":
+            return self.emit("iota", (), n.axes, reg, axis=n.attr("axis"))
+        if n.op in REDUCE_OPS:
+            return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
+                             partial=n.attr("partial"), round=self._round_for(n))
+        if n.op == "cast":
+            src = n.inputs[0].dtype
+            if not n.dtype.is_float or not src.is_float:
+                return self.emit("convert", args, n.axes, reg)
+            if self._round_for(n) is None:
+                return args[0]
+            return self.emit("round", args, n.axes, reg, round=self._round_for(n))
+        if n.op not in OPS or OPS[n.op].kind != "elementwise":
+            raise PlaitError(f"lowering has no rule for op {n.op!r}", n.loc)
+        divisor = n.inputs[1] if n.op == "div" else None
+        if divisor is not None and reg == DType.FP32 and set(divisor.axes) < set(n.axes):
+            # x / s with s constant along an axis of x (softmax's row sum, a mean's count):
+            # one IEEE reciprocal per s, then a multiply per element (<= 1 ulp more).
+            inverse = self.emit("recip", args[1:], divisor.axes, reg)
+            return self.emit("mul", (args[0], inverse), n.axes, reg, round=self._round_for(n))
+        return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
+
+
+def build_tile_programs(kg: KernelGraph, policy: ResolvedPolicy,
+                        plans: list[KernelPlan] | None = None) -> list[TileProgram]:
+    """The tile program of each of `plans` (default: every kernel of `kg`)."""
+    buffers = {b.name: b for b in kg.buffers}
+    return [_Builder(plan, buffers, policy).build() for plan in
+            (kg.kernels if plans is None else plans)]
