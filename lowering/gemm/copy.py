@@ -17,29 +17,13 @@ never a fall off tensor cores.
 """
 from __future__ import annotations
 
-from math import gcd
-
 from llvmlite import ir
 
 from ..nvptx import ops as L
 from ..nvptx import ptx_mma as P
 from ..nvptx.kernel import loop
 from ..nvptx.ptx_memory import asm_load_words
-
-CHUNK = 16                      # bytes of shared memory one copy step fills
-
-
-def access_width(buffer, sizes: dict[str, int], aligned: bool) -> int:
-    """Bytes of the widest global access that every 16-byte chunk of `buffer` is aligned
-    to: 16 when rows are whole 16-byte units and the base is 16-byte aligned, else the
-    largest power of two dividing the row pitch (the element size when the base's
-    alignment is unknown)."""
-    es = buffer.dtype.itemsize
-    if not aligned:
-        return es
-    if len(buffer.axes) < 2:
-        return CHUNK
-    return gcd(CHUNK, sizes[buffer.axes[-1]] * es)
+from .plan import CHUNK, access_width  # noqa: F401  (access_width: where the docstring says)
 
 
 def strides(k, axes) -> dict:

@@ -17,15 +17,31 @@ assigned so that the output's contiguous axis is the N role (D^T = B^T A^T).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import gcd
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.schedule.contraction import ContractionSchedule
 
 from ..artifact import Buffer
-from .copy import access_width
 from ..target import get_target
 from ..tileir.tile import TileOp, TileProgram, format_op
+
+
+CHUNK = 16                      # bytes of shared memory one copy step fills
+
+
+def access_width(buffer, sizes: dict[str, int], aligned: bool) -> int:
+    """Bytes of the widest global access that every 16-byte chunk of `buffer` is aligned
+    to: 16 when rows are whole 16-byte units and the base is 16-byte aligned, else the
+    largest power of two dividing the row pitch (the element size when the base's
+    alignment is unknown). Plain arithmetic, here so that planning loads no LLVM."""
+    es = buffer.dtype.itemsize
+    if not aligned:
+        return es
+    if len(buffer.axes) < 2:
+        return CHUNK
+    return gcd(CHUNK, sizes[buffer.axes[-1]] * es)
 
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2", DType.FP32: "tf32"}
@@ -74,7 +90,7 @@ class GemmProgram:
     split: str | None = None       # split-K: the output's axis of K ranges, each
     split_chunk: int = 0           # split_chunk elements long (a multiple of tile_k)
     # Widest global access (bytes) each of A, B and the output is aligned to
-    # (gemm.copy.access_width): 16 lets wgmma use the TMA and mma_sync 16-byte cp.async;
+    # (access_width below): 16 lets wgmma use the TMA and mma_sync 16-byte cp.async;
     # narrower rows are copied by threads in pieces, and the output stored from registers.
     a_access: int = 16
     b_access: int = 16
