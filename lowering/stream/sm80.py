@@ -33,6 +33,7 @@ body without the mask's ops (stream/masks.py decides, per block, by intervals).
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from plait.dsl.dtypes import DType
@@ -329,7 +330,7 @@ class _Emitter(KernelEmitter):
         if op.attr("mask") is not None and not self.masked:
             self.values[op.id] = self.values[op.args[1]]   # the tile is whole: no mask
             return
-        if kind in ("max", "sum", "min") and op.attr("axis") is not None:
+        if kind in mathfns.REDUCE_COMBINE and op.attr("axis") is not None:
             self.values[op.id] = self._row_reduce(op)
             return
         if kind == "store":
@@ -401,7 +402,7 @@ class _Emitter(KernelEmitter):
         (positions past the end of the axis skipped), then the quad's four lanes."""
         b, intr = self.b, self.intr
         src = self.values[op.args[0]]
-        combine = {"max": "maximum", "min": "minimum", "sum": "add"}[op.op]
+        combine = mathfns.REDUCE_COMBINE[op.op]          # the op table's, as everywhere
         axis = op.attr("axis")
         out = {}
         for half in range(2 * self.sk.row_blocks):
@@ -411,8 +412,7 @@ class _Emitter(KernelEmitter):
                     continue
                 if self.masked:             # a whole tile has no keys past the end
                     inside = b.icmp_signed("<", self.index_of(axis, key), self.size(axis))
-                    identity = L.f32(0.0) if op.op == "sum" else \
-                        L.f32(float("-inf") if op.op == "max" else float("inf"))
+                    identity = L.f32(float(mathfns.reduce_identity(op.op, np.float32)))
                     value = b.select(inside, value, identity)
                 acc = value if acc is None else L.binary(b, intr, combine, acc, value)
             for lanes in (1, 2):
