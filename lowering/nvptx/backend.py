@@ -1,7 +1,8 @@
 """Stages 5-6: thread program -> LLVM IR (llvmlite) -> PTX (LLVM's NVPTX backend).
 
-The only module of plait (with nvptx.ops) that touches llvmlite. Fragments are
-numpy object arrays of LLVM values, shape (Rr, Rc, V); elementwise ops
+The generic emitter (the GEMM and streamed emitters, gemm/ and stream/, have their own;
+llvmlite stays inside nvptx/, gemm/ and stream/, as tests/lowering/test_import_rules.py
+checks). Fragments are numpy object arrays of LLVM values, shape (Rr, Rc, V); elementwise ops
 broadcast them like the CPU executor broadcasts its arrays. Global loads and
 stores are predicated inline PTX (`@p ld.global.nc.v4.b32`), so masks cost no
 branches and the vector width is exactly what the thread program says.
