@@ -26,7 +26,7 @@ from plait.dsl.algorithm import Algorithm
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph
-from plait.dsl.node import Node
+from plait.dsl.node import OPS, Node
 
 _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11),
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),
@@ -124,7 +124,7 @@ class _Printer:
             return f"{n.op}({', '.join(o[0] for o in ops)})", _ATOM
         if n.op == "cast":
             return f'cast({ops[0][0]}, {_q(n.dtype)})', _ATOM
-        if n.op in ("sum", "max", "min"):
+        if _is_reduction(n):
             return f'{n.op}({ops[0][0]}, over={_q(n.attr("axis"))})', _ATOM
         if n.op == "broadcast":
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
@@ -150,7 +150,7 @@ class _Printer:
         for n in self.graph.nodes:
             text, prec = self.spell(n)
             inline = (n.op in ("input", "param") or n.op == "const" or
-                      (self.uses[n.uid] == 1 and n.op not in ("sum", "max", "min") and
+                      (self.uses[n.uid] == 1 and not _is_reduction(n) and
                        len(text) <= _MAX_INLINE))
             if inline:
                 self.expr[n.uid] = (text, prec)
@@ -222,3 +222,8 @@ def from_source(source: str) -> Algorithm:
         raise PlaitError(f"from_source: expected one @algorithm in the source, found "
                          f"{len(found)}")
     return found[0]
+
+
+def _is_reduction(n: Node) -> bool:
+    """A reduction of the op table (spelled `kind(x, over=...)`, never inlined)."""
+    return n.op in OPS and OPS[n.op].kind == "reduce"

@@ -21,6 +21,7 @@ from math import gcd
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
+from plait.dsl.node import OPS
 from plait.schedule.contraction import ContractionSchedule
 
 from ..artifact import Buffer
@@ -206,7 +207,7 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int], tuple[in
     rotated = [op.attr("buffer") for op in tile.ops if op.attr("rotate") is not None]
     if rotated:    # operands and epilogue reads are plain tiles of memory
         raise NotAGemm(f"the kernel reads {rotated[0]} rotated (rotate_half)")
-    reductions = [op for op in tile.ops if op.op in ("sum", "max", "min")]
+    reductions = [op for op in tile.ops if op.op in OPS and OPS[op.op].kind == "reduce"]
     if len(reductions) != 1 or reductions[0].op != "sum":
         raise NotAGemm("not exactly one sum in the kernel")
     total = reductions[0]
