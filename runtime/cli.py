@@ -20,6 +20,7 @@ import time
 import traceback
 
 from plait.dsl.errors import PlaitError
+from plait.lowering.target import DEFAULT_TARGET
 
 from . import cli_report
 from .loading import default_sizes, load_algorithm, make_inputs, parse_pairs
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     comp = sub.add_parser("compile", help="compile ahead of time; --dump writes every IR stage")
     _common(comp)
-    comp.add_argument("--target", default="sm_90a")
+    comp.add_argument("--target", default=DEFAULT_TARGET)
     comp.add_argument("--dump", metavar="DIR", help="write DIR/<NN>_<stage>.txt and the PTX")
     comp.set_defaults(func=cmd_compile)
     grad = sub.add_parser("grad", help="print the gradient algorithm as DSL source")

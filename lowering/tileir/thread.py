@@ -30,6 +30,7 @@ from ..artifact import Buffer
 from ..graph.kernels import REDUCE_OPS
 from ..graph.layout import Layout
 from ..limits import shared_limit
+from ..target import DEFAULT_TARGET
 from .rotate_load import rotated_vector
 from .tile import TileOp, TileProgram
 
@@ -103,7 +104,7 @@ def _vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, 
 
 
 def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int],
-                         aligned: bool, target: str = "sm_90a") -> ThreadProgram:
+                         aligned: bool, target: str = DEFAULT_TARGET) -> ThreadProgram:
     ops: list[TileOp] = []
     remap: dict[int, int] = {}
     smem = 0
