@@ -31,7 +31,7 @@ from .tileir.thread import ThreadProgram, build_thread_program
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
 from .tileir.tile import TileProgram
-from .tileir.tile_stream import build_all_tile_programs
+from .tileir.programs import build_all_tile_programs
 
 
 

@@ -27,6 +27,7 @@ from plait.schedule.contraction import ContractionSchedule
 from ..artifact import Buffer
 from ..target import get_target
 from ..tileir.tile import TileOp, TileProgram, format_op
+from .tiles import TILERS, NotAGemm  # noqa: F401  (NotAGemm: the pipeline catches it here)
 
 
 CHUNK = 16                      # bytes of shared memory one copy step fills
@@ -46,10 +47,6 @@ def access_width(buffer, sizes: dict[str, int], aligned: bool) -> int:
 
 WGMMA_TYPES = {DType.BF16: "bf16", DType.FP16: "f16", DType.FP8_E4M3: "e4m3",
                DType.FP8_E5M2: "e5m2", DType.FP32: "tf32"}
-
-
-class NotAGemm(Exception):
-    """The kernel is no tensor-core contraction (the reason says why); it runs generically."""
 
 
 @dataclass(frozen=True)
@@ -308,7 +305,6 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
     access = [access_width(buf, sizes, aligned) for buf in (r.a.buffer, r.b.buffer, r.out)]
     if r.split and sched.instruction != "wgmma":
         raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
-    from .tiles import TILERS
     tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction",
                                        spec, multiprocessors or spec.sms)
     plan = GemmProgram(

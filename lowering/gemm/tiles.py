@@ -12,6 +12,11 @@ from plait.schedule.contraction import ContractionSchedule
 
 from ..limits import SMS
 
+
+class NotAGemm(Exception):
+    """The kernel is no tensor-core contraction (the reason says why); it runs generically."""
+
+
 SWIZZLE_BYTES = 128         # one swizzle row: a K tile when K-major, 64 elements when MN-major
 MAX_ACC_REGS = 128          # fp32 accumulators per thread that leave registers to work with
 # wgmma tiles (rows, columns) by how well one block keeps the tensor cores fed, measured
@@ -71,7 +76,6 @@ ACC_HEADROOM = 32             # registers a consumer thread needs besides its ac
 def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str, spec, sms: int = SMS):
     es = r.a.dtype.itemsize
     if es != 2 and not (r.a.k_major and r.b.k_major):
-        from .plan import NotAGemm
         raise NotAGemm(f"wgmma reads {'fp8' if es == 1 else 'tf32'} operands K-major only: "
                        "store both with K innermost (e.g. B as [N, K])")
     tiles = sched.tiles
@@ -132,7 +136,6 @@ def tile_mma_sync(r, sched: ContractionSchedule, sizes, where: str, spec, sms: i
     `warpgroups`, otherwise one per 64x64 of the tile (4 to 8)."""
     es = r.a.dtype.itemsize
     if es != 2:
-        from .plan import NotAGemm
         raise NotAGemm(f"mma_sync is lowered for bf16 and fp16 operands, not {r.a.dtype} "
                        "(fp8 tensor cores are lowered for sm_90a's wgmma)")
     tiles = sched.tiles

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 
 from ..artifact import Buffer

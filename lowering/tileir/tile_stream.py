@@ -28,8 +28,7 @@ from plait.dsl.node import topo_order
 
 from ..graph.kernels import KernelPlan
 from ..graph.policy import ResolvedPolicy
-from ..graph.streaming import Stream
-from .tile import TileProgram, _Builder, build_tile_programs
+from .tile import TileProgram, _Builder
 
 NEG_INF = float("-inf")
 
@@ -161,23 +160,6 @@ def _finish(b: _Builder, st, value: int, axes) -> int:
     for n in reversed(chain):
         b.value[n.uid] = b._lower(n)
     return b.value[st.out.uid]
-
-
-def build_all_tile_programs(kg, policy: ResolvedPolicy) -> list[TileProgram]:
-    """The tile program of every kernel: streamed ones by the loop above, the others by
-    `tile.build_tile_programs`."""
-    from .tile_stream_sums import build_sums_program
-    buffers = {b.name: b for b in kg.buffers}
-    plain = iter(build_tile_programs(kg, policy, [p for p in kg.kernels if p.stream is None]))
-    out = []
-    for p in kg.kernels:
-        if p.stream is None:
-            out.append(next(plain))
-        elif isinstance(p.stream, Stream):
-            out.append(build_stream_program(p, buffers, policy))
-        else:
-            out.append(build_sums_program(p, buffers, policy))
-    return out
 
 
 def loop_body(ops, loop_id: int) -> tuple[list, object]:

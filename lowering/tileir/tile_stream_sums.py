@@ -24,6 +24,7 @@ from plait.dsl.node import Node, topo_order
 
 from ..graph.kernels import KernelPlan
 from ..graph.policy import ResolvedPolicy
+from ..graph.streaming import _skip, _uncast
 from .tile import TileProgram, _Builder
 from .tile_stream import _finish, _mark_index_mask, finish_program
 
@@ -101,12 +102,10 @@ def build_sums_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy) 
 
 
 def _product(s: Node) -> Node:
-    from ..graph.streaming import _skip
     return _skip(s.inputs[0])
 
 
 def _operand(n: Node) -> Node:
-    from ..graph.streaming import _skip, _uncast
     return _uncast(_skip(n))
 
 
