@@ -26,12 +26,17 @@ from . import cli_report
 from .loading import default_sizes, load_algorithm, make_inputs, parse_pairs
 
 
-def _common(p: argparse.ArgumentParser, shapes: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, shapes: bool = True, many: bool = False) -> None:
     p.add_argument("file", metavar="FILE.py[:NAME]", help="the algorithm's file, and its name "
                    "when the file holds several")
     if shapes:
         p.add_argument("--schedule", help="schedule file (YAML or .py) or folder to search")
-        p.add_argument("--shape", default="", metavar="AXIS=N,...", help="axis extents")
+        if many:
+            p.add_argument("--shape", action="append", metavar="AXIS=N,...",
+                           help="axis extents; given several times, one schedule for all "
+                           "(the least geometric-mean loss; the file says each shape's)")
+        else:
+            p.add_argument("--shape", default="", metavar="AXIS=N,...", help="axis extents")
         p.add_argument("--dtype", help="storage dtype of every input that declares none (else "
                        "the schedule's, else bf16 for a contraction, fp32 otherwise)")
         p.add_argument("--scalar", default="", metavar="NAME=V,...", help="scalar arguments")
@@ -66,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="search the contraction and streamed-kernel schedules on "
                           "the GPU and write the fastest correct one as "
                           "schedules/<arch>/<algorithm>.yaml")
-    _common(tune)
+    _common(tune, many=True)
     tune.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
                       help="stop trying candidates after this long (default 120)")
     tune.add_argument("--out", default="schedules", metavar="DIR",
@@ -282,13 +287,14 @@ def cmd_tune(args) -> int:
 
     from . import api, driver
     from .tune import gpu_runner, gpu_timer, tune
-    from .tune_output import target_path, write_schedule
+    from .tune_output import target_path, write_schedule, write_shapes_schedule
+    from .tune_shapes import tune_shapes
     algo = load_algorithm(args.file)
     api.use_gpu("gpu", True)                # a clear error without a GPU
     arch = api.gpu_target()
     target_path(Path(args.out), algo.name, arch, args.force)   # refused before any work
     dtypes = _dtypes(algo, args, api.resolve_schedule(algo, args.schedule, arch))
-    sizes = _sizes(algo, args.shape, "gpu")
+    shapes = [_sizes(algo, text, "gpu") for text in args.shape or [""]]
     graph = algo.graph(dtypes)
     try:
         from tqdm import tqdm
@@ -297,8 +303,18 @@ def cmd_tune(args) -> int:
             return tqdm(items, total=total, desc=f"tuning {algo.name}", unit="schedule")
     except ImportError:                      # the bar is the `tune` extra
         progress = None
-    result = tune(algo, sizes, dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
-                  args.budget, algo_spec=args.file, workers=args.workers, progress=progress)
+    common = dict(algo_spec=args.file, workers=args.workers, progress=progress)
+    if len(shapes) > 1:
+        sr = tune_shapes(algo, shapes, dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
+                         args.budget, **common)
+        path = write_shapes_schedule(Path(args.out), sr, driver.device_name(), dtypes,
+                                     args.force)
+        worst = max(sr.costs, key=lambda c: c.sacrifice)
+        print(f"one schedule for {len(shapes)} shapes, at most {100 * worst.sacrifice:.1f}% "
+              f"slower than a shape's own best: {path}")
+        return 0
+    result = tune(algo, shapes[0], dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
+                  args.budget, **common)
     path = write_schedule(Path(args.out), result, driver.device_name(), dtypes, args.force)
     best = result.best
     print(f"best {best.ms:.4f} ms, default {result.default_ms:.4f} ms: {path}")

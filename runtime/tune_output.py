@@ -6,7 +6,9 @@
     algorithm: matmul
     contraction: {...}
 
-A file that exists is never overwritten without `force`.
+Tuned over several shapes (`write_shapes_schedule`), each shape's figure, its own best
+and what it gives up are listed instead. A file that exists is never overwritten without
+`force`.
 """
 from __future__ import annotations
 
@@ -61,5 +63,25 @@ def write_schedule(folder: Path, result, device: str, dtypes: dict, force: bool 
     body = {"algorithm": result.algorithm, **result.best.keys}
     text = "".join(f"# {line}\n" for line in provenance(result, device, dtypes))
     text += yaml.safe_dump(body, sort_keys=False)
+    path.write_text(text)
+    return path
+
+
+def write_shapes_schedule(folder: Path, sr, device: str, dtypes: dict,
+                          force: bool = False) -> Path:
+    """The schedule chosen over several shapes (`tune_shapes.py`), with each shape's time,
+    its own best and what it gives up, in comments."""
+    path = target_path(folder, sr.algorithm, sr.target, force)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"plait tune: {sr.algorithm} on {device} ({sr.target}), {datetime.date.today()}, "
+             f"one schedule for {len(sr.costs)} shapes (the least geometric-mean loss)",
+             "dtypes " + " ".join(f"{k}={v}" for k, v in dtypes.items())]
+    for c in sr.costs:
+        shape = " ".join(f"{a}={n}" for a, n in c.sizes.items())
+        default = f", default {c.default_ms:.4f} ms" if c.default_ms is not None else ""
+        lines.append(f"shape {shape}: {c.chosen_ms:.4f} ms, its own best {c.best_ms:.4f} ms "
+                     f"({100 * c.sacrifice:.1f}% slower){default}")
+    text = "".join(f"# {line}\n" for line in lines)
+    text += yaml.safe_dump({"algorithm": sr.algorithm, **sr.keys}, sort_keys=False)
     path.write_text(text)
     return path
