@@ -56,6 +56,7 @@ class Target:
     # saves. Accumulating, the dk/dv kernel takes fewer keys per step (its product over
     # the rows needs registers: with 64 keys at D64, or 32 at D128, ptxas spills).
     sums_accumulate: bool = False
+    sums_rows_scattered: int = 128     # half the reductions of 64 rows: 4.94 ms, not 5.88
     sums_keys_scattered: int = 32
     sums_keys_scattered_wide: int = 16
 

@@ -295,7 +295,8 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
     time, in warps of 16 rows (the target's defaults where the schedule is silent)."""
     defaults = _target_defaults(instruction)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
-    rows = dict(ks.grid).get(ss.rows, defaults.sums_rows)
+    rows = dict(ks.grid).get(ss.rows, defaults.sums_rows_scattered if ss.scattered
+                             else defaults.sums_rows)
     wide = max(sizes[t.axes[-1]] for t in ss.residents + ss.streamed) > 64
     if ss.scattered:
         default_keys = defaults.sums_keys_scattered_wide if wide else \
