@@ -108,7 +108,8 @@ ROWS_PER_WARP = (16, 32)
 
 def stream_candidates(graph, sizes, target) -> list[dict]:
     """`kernels:` keys to try for the streamed kernels: rows per block x keys per step x
-    rows per warp for each; with several kernels, one kernel's variants at a time."""
+    rows per warp for each, and for a kernel whose sums another kernel's loop can add up
+    (dq), that; with several kernels, one kernel's variants at a time."""
     from plait.lowering.pipeline import lower
     from plait.lowering.stream.plan import StreamKernel
     streamed = [t for t in lower(graph, None, sizes, True, target).threads
@@ -121,7 +122,21 @@ def stream_candidates(graph, sizes, target) -> list[dict]:
                 continue
             out.append({t.name: {"grid": {t.rows_axis: rows}, "stream": {t.keys_axis: keys},
                                  "warps": rows // per_warp}})
+        if _may_accumulate(graph, sizes, target, t.name):
+            out.append({t.name: {"reduction": "atomic"}})
     return out
+
+
+def _may_accumulate(graph, sizes, target, name: str) -> bool:
+    """Can streamed kernel `name`'s sums be added up in another kernel's loop instead
+    (`reduction: atomic`, attention's dq in the dk/dv kernel)?"""
+    from plait.lowering.pipeline import lower
+    try:
+        low = lower(graph, schedule_of(graph, kernels={name: {"reduction": "atomic"}}), sizes,
+                    True, target)
+    except PlaitError:
+        return False
+    return any(k.name == name and k.stream is None for k in low.kernel_graph.kernels)
 
 
 def schedule_of(graph, contraction: dict | None = None, kernels: dict | None = None):
