@@ -125,13 +125,15 @@ def test_saved_values_give_the_same_gradient(gen):
     inputs = make_inputs("layernorm", gen, requires_grad=True)
     saving = plait.torch_op(layernorm, name="plait::layernorm_saving", save=("mu", "rstd"))
     assert saving.saved == ("mu", "rstd")
-    out = saving(**inputs)
+    # The reference runs at the case's eps: so must the op (at its default eps the two
+    # differ by about 1e-3, which a loose tolerance once hid).
+    out = saving(**inputs, **CASES["layernorm"].scalars)
     cot = torch.randn(out.shape, generator=gen)
     (out * cot).sum().backward()
     ref, wide = reference("layernorm", {**inputs})
     (ref * cot.double()).sum().backward()
     for arg, t in inputs.items():
-        assert max_rel_err(t.grad, wide[arg].grad) <= 1e-3, arg
+        assert max_rel_err(t.grad, wide[arg].grad) <= 2e-6, arg        # fp32
 
 
 def test_errors_name_the_argument(gen):
