@@ -118,37 +118,32 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
         return None
     if kind == "store":
         buf = f.buffers[op.attr("buffer")]
-        value = args[0]
-        keep = tuple(f.dim(a) for a in buf.axes)
-        drop = tuple(d for d in range(len(f.axes)) if d not in keep)
-        value = np.broadcast_to(value, [f.sizes[a] if d in keep else value.shape[d]
-                                        for d, a in enumerate(f.axes)])
-        value = value.reshape([s for d, s in enumerate(value.shape) if d not in drop]) \
-            if all(value.shape[d] == 1 for d in drop) else None
-        if value is None:
-            raise ValueError(f"store to {buf.name} of a value that varies along an axis "
-                             "the buffer does not have")
-        kept = [a for a in f.axes if a in buf.axes]      # frame order; the buffer's may differ
-        value = value.transpose([kept.index(a) for a in buf.axes])
+        value = _in_buffer_order(f, buf, args[0], f"store to {buf.name}")
         arrays[buf.name][...] = round_to(value.astype(np.float64), buf.dtype).astype(
             arrays[buf.name].dtype)
         return None
     return elementwise_step(None, op, args, arrays, scalars)
 
 
-
-def _add_into(f: _Frame, target: np.ndarray, buf, value: np.ndarray) -> None:
-    """A step's sum added into the buffer at the step's positions inside the loop axis
-    (what the kernel's atomic adds leave once every block has added its rows)."""
+def _in_buffer_order(f: _Frame, buf, value: np.ndarray, what: str) -> np.ndarray:
+    """A frame value over the buffer's axes in the buffer's order: broadcast along them
+    (one step along the loop axis, inside the loop), the frame's other axes dropped
+    (it must not vary along them)."""
     extent = [f.step if a == f.loop_axis else f.sizes[a] for a in f.axes]
     value = np.broadcast_to(value, [extent[d] if a in buf.axes else value.shape[d]
                                     for d, a in enumerate(f.axes)])
     if any(value.shape[d] != 1 for d, a in enumerate(f.axes) if a not in buf.axes):
-        raise ValueError(f"atomic add into {buf.name} of a value that varies along an axis "
-                         "the buffer does not have")
+        raise ValueError(f"{what} of a value that varies along an axis the buffer does "
+                         "not have")
     value = value.reshape([value.shape[d] for d, a in enumerate(f.axes) if a in buf.axes])
-    kept = [a for a in f.axes if a in buf.axes]
-    value = value.transpose([kept.index(a) for a in buf.axes])
+    kept = [a for a in f.axes if a in buf.axes]      # frame order; the buffer's may differ
+    return value.transpose([kept.index(a) for a in buf.axes])
+
+
+def _add_into(f: _Frame, target: np.ndarray, buf, value: np.ndarray) -> None:
+    """A step's sum added into the buffer at the step's positions inside the loop axis
+    (what the kernel's atomic adds leave once every block has added its rows)."""
+    value = _in_buffer_order(f, buf, value, f"atomic add into {buf.name}")
     n = min(f.step, f.sizes[f.loop_axis] - f.start)
     at = tuple(slice(f.start, f.start + n) if a == f.loop_axis else slice(None)
                for a in buf.axes)

@@ -29,7 +29,7 @@ from plait.dsl.node import OPS, Node, make_attrs, topo_order
 from ..artifact import Buffer
 from .streaming import (NotStreamable, Stream, _skip, _uncast, check_sizes, find_logsumexp,
                         find_stream, softmax_logits)
-from .streaming_sums import StreamedSums, check_sum_sizes, find_sums, split_sum
+from .streaming_sums import StreamedSums, check_sum_sizes, find_sums, split_sum, with_node
 from .sums_merge import merge
 
 
@@ -163,11 +163,6 @@ class _Stager:
         return lower(w)
 
 
-def _with_weight(out: Node, w: Node, new_w: Node) -> Node:
-    return rebuild({"o": out}, lambda n, ins: new_w if n is w else (
-        n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))["o"]
-
-
 def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
                wanted=lambda name: True, reduction=lambda kernel: None,
                accumulate: bool = False) -> StagedSums:
@@ -191,7 +186,7 @@ def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
         kept = (list(stager.out.streams), list(stager.out.plain), list(stager.out.temps),
                 dict(stager.lse), dict(stager.reduced), dict(stager.memo))
         try:
-            terms = {name: _with_weight(node, w, stager.weight(w, split_sum(node)[3]))
+            terms = {name: with_node(node, w, stager.weight(w, split_sum(node)[3]))
                      for name, (node, w) in group.items()}
             ss = find_sums(terms)
             # The softmaxes this group's weights hold (staged now or for an earlier group).

@@ -84,9 +84,9 @@ def _is(n: Node, op: str, axis: str | None = None) -> bool:
     return n.op == op and (axis is None or n.attr("axis") == axis)
 
 
-def find_stream(out: Node) -> Stream:
-    """The roles of `out` as a streamed softmax-weighted contraction; NotStreamable says
-    why it is not one."""
+def sum_of_product(out: Node) -> tuple[Node, str, Node]:
+    """(the sum, its axis, the product summed) of out = sum(a * b, over=X) behind float
+    casts and permutes; NotStreamable otherwise."""
     total = _skip(out)
     while total.op == "cast" and total.inputs[0].dtype.is_float:
         total = _skip(total.inputs[0])
@@ -96,6 +96,13 @@ def find_stream(out: Node) -> Stream:
     prod = _skip(total.inputs[0])
     if prod.op != "mul":
         raise NotStreamable(f"the sum over {keys} is not of a product")
+    return total, keys, prod
+
+
+def find_stream(out: Node) -> Stream:
+    """The roles of `out` as a streamed softmax-weighted contraction; NotStreamable says
+    why it is not one."""
+    total, keys, prod = sum_of_product(out)
     for p, v in (prod.inputs, prod.inputs[::-1]):
         p, v = _skip(p), _uncast(_skip(v))
         if p.op == "div" and v.op == "input":

@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.dsl.dtypes import DType
+from plait.dsl.graph import rebuild
 from plait.dsl.node import OPS, Node, topo_order
 
-from .streaming import MAX_HEAD, PASS_THROUGH, SCORE_SOURCES, NotStreamable, _skip, _uncast
+from .streaming import (MAX_HEAD, PASS_THROUGH, SCORE_SOURCES, NotStreamable, _skip, _uncast,
+                        sum_of_product)
 
 
 @dataclass(frozen=True)
@@ -65,18 +67,16 @@ class StreamedSums:
                 f"step{batch}{added}")
 
 
+def with_node(out: Node, old: Node, new: Node) -> Node:
+    """out with node `old` (by identity) replaced by `new`, its users rebuilt."""
+    return rebuild({"o": out}, lambda n, ins: new if n is old else (
+        n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))["o"]
+
+
 def split_sum(out: Node) -> tuple[Node, Node, Node, str]:
     """(total, weight, operand, streamed axis) of out = sum(w * b, over=X) behind casts
     and permutes, b an input; NotStreamable otherwise."""
-    total = _skip(out)
-    while total.op == "cast" and total.inputs[0].dtype.is_float:
-        total = _skip(total.inputs[0])
-    if total.op != "sum":
-        raise NotStreamable("the output is not a sum")
-    keys = total.attr("axis")
-    prod = _skip(total.inputs[0])
-    if prod.op != "mul":
-        raise NotStreamable(f"the sum over {keys} is not of a product")
+    total, keys, prod = sum_of_product(out)
     for w, b in (prod.inputs, prod.inputs[::-1]):
         w, b = _skip(w), _uncast(_skip(b))
         if b.op == "input" and keys in b.axes and keys in w.axes \

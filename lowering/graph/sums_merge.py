@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from plait.dsl.dtypes import DType
-from plait.dsl.graph import rebuild
 from plait.dsl.node import Node, make_attrs
 
 from ..artifact import Buffer
 from .streaming import NotStreamable
-from .streaming_sums import StreamedSums, SumTerm, check_tensors, weight_roles
+from .streaming_sums import StreamedSums, SumTerm, check_tensors, weight_roles, with_node
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,7 @@ def _from_buffer(t: SumTerm, name: str, axes) -> Node:
     loaded = Node("input", (), tuple(axes), DType.FP32, make_attrs(name=name))
     if t.total.dtype != DType.FP32:
         loaded = Node("cast", (loaded,), loaded.axes, t.total.dtype, ())
-    return rebuild({"o": t.out}, lambda n, ins: loaded if n is t.total else (
-        n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))["o"]
+    return with_node(t.out, t.total, loaded)
 
 
 def _names(ss: StreamedSums) -> str:

@@ -87,21 +87,11 @@ class StreamKernel:
 
     def resident_offset(self, name: str) -> int:
         """Byte offset of a resident's tile in shared memory."""
-        at = 0
-        for t in self.residents:
-            if t.name == name:
-                return at
-            at += t.tile_bytes(self.rows)
-        raise KeyError(name)
+        return _offset(self.residents, name, self.rows)
 
     def stage_offset(self, name: str) -> int:
         """Byte offset of a streamed tile inside a stage."""
-        at = 0
-        for t in self.streamed:
-            if t.name == name:
-                return at
-            at += t.tile_bytes(self.keys)
-        raise KeyError(name)
+        return _offset(self.streamed, name, self.keys)
 
     @property
     def resident_bytes(self) -> int:
@@ -151,6 +141,16 @@ class StreamKernel:
                 f"{self.shared_bytes} bytes" +
                 "".join(f"; adds into {n} per step" for n in self.scattered) + "\n" +
                 self.tile.text())
+
+
+def _offset(tiles, name: str, n_rows: int) -> int:
+    """Where tile `name` starts among `tiles` laid out one after another, n_rows each."""
+    at = 0
+    for t in tiles:
+        if t.name == name:
+            return at
+        at += t.tile_bytes(n_rows)
+    raise KeyError(name)
 
 
 def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> StreamKernel:
