@@ -44,14 +44,15 @@ class ShapesResult:
     costs: list[ShapeCost] = field(default_factory=list)
 
 
-def _key(trial) -> str:
-    return json.dumps(trial.keys, sort_keys=True)
+def key_of(keys: dict) -> str:
+    """A schedule's top-level keys as one comparable string."""
+    return json.dumps(keys, sort_keys=True)
 
 
 def choose(results: list[TuneResult]) -> tuple[dict, list[ShapeCost]]:
     """The keys timed at every shape with the lowest geometric mean of time over each
     shape's best, and what each shape pays for it."""
-    timed = [{_key(t): t for t in r.trials if t.ms is not None} for r in results]
+    timed = [{key_of(t.keys): t for t in r.trials if t.ms is not None} for r in results]
     for r, by_key in zip(results, timed):
         if not by_key:
             raise PlaitError(f"plait tune: no candidate for {r.algorithm} was correct and "

@@ -12,7 +12,7 @@ from test_rt_tune import DTYPES, cpu_runner
 from plait.dsl import PlaitError
 from plait.runtime import tune as T
 from plait.runtime.tune_output import write_shapes_schedule
-from plait.runtime.tune_shapes import _key, choose, tune_shapes
+from plait.runtime.tune_shapes import choose, key_of, tune_shapes
 from plait.schedule import load_schedule
 
 from matmul import matmul
@@ -38,13 +38,13 @@ def shape_ms(schedule, inputs):
 
 def test_one_schedule_loses_least_over_the_shapes(small_space, tmp_path):
     sr = tune_shapes(matmul, SHAPES, DTYPES, "sm_90a", cpu_runner, shape_ms, budget_s=600)
-    timed = [{_key(t): t.ms for t in r.trials if t.ms is not None} for r in sr.results]
+    timed = [{key_of(t.keys): t.ms for t in r.trials if t.ms is not None} for r in sr.results]
     common = set(timed[0]) & set(timed[1])
     best = [min(t.values()) for t in timed]
 
     def loss(key):
         return sum(math.log(t[key] / b) for t, b in zip(timed, best))
-    chosen = _key(type("T", (), {"keys": sr.keys})())
+    chosen = key_of(sr.keys)
     assert chosen in common
     assert all(loss(chosen) <= loss(k) + 1e-12 for k in common)
     assert [c.sizes for c in sr.costs] == SHAPES
@@ -86,11 +86,11 @@ def test_no_candidate_timed_at_every_shape_is_an_error(small_space):
         choose(results)
     results = [T.tune(matmul, s, DTYPES, "sm_90a", cpu_runner, shape_ms, budget_s=600)
                for s in SHAPES]
-    keys = sorted(_key(t) for t in results[0].trials if t.ms is not None)
+    keys = sorted(key_of(t.keys) for t in results[0].trials if t.ms is not None)
     half = set(keys[:len(keys) // 2])         # shape 1 keeps these, shape 2 the others
     for i, r in enumerate(results):
         for t in r.trials:
-            if t.ms is not None and (_key(t) in half) == bool(i):
+            if t.ms is not None and (key_of(t.keys) in half) == bool(i):
                 t.ms, t.error = None, "run: failed"
     with pytest.raises(PlaitError, match="at every shape"):
         choose(results)
