@@ -3,12 +3,15 @@
 Values are numpy arrays over the kernel's axes in canonical order, size 1 along an axis
 they do not vary on. The loop axis is walked in the program's steps: inside the body a
 value along it covers one step, and positions past the end are what the GPU sees there
-(loads zero-filled, reductions skip them). Rows are independent, so the blocks' tiling of
+(loads zero-filled, reductions skip them); a folded axis (grouped query heads) is walked
+around it, one position at a time. Rows are independent, so the blocks' tiling of
 the other axes changes nothing and all rows run at once; the T tiling, the order of the
 rescaling and every rounding are the kernel's. Elementwise ops run through the thread
 executor's rules (`emulate._step`), so both executors round alike.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -29,6 +32,7 @@ class _Frame:
         self.loop_axis = None
         self.start = 0
         self.step = 0
+        self.fold: dict[str, int] = {}    # a folded axis: the loop's position along it
 
     def dim(self, axis: str) -> int:
         return self.axes.index(axis)
@@ -36,6 +40,8 @@ class _Frame:
     def index(self, axis: str) -> np.ndarray:
         """Positions along `axis`, shaped to broadcast in the frame."""
         shape = [1] * len(self.axes)
+        if axis in self.fold:
+            return np.full(shape, self.fold[axis])
         if axis == self.loop_axis:
             shape[self.dim(axis)] = self.step
             return (self.start + np.arange(self.step)).reshape(shape)
@@ -74,12 +80,15 @@ def run_stream_program(prog: TileProgram, sizes: dict[str, int], arrays: dict,
             carried = [vals[a] for a in op.args]
             axis, step = op.attr("axis"), op.attr("step")
             f.loop_axis, f.step = axis, step
-            for start in range(0, sizes[axis], step):
-                f.start = start
-                for inner in body:
-                    vals[inner.id] = _run(f, inner, vals, carried, arrays, scalars)
-                carried = [vals[a] for a in yielded.args]
-            f.loop_axis = None
+            folded = op.attr("fold") or ()
+            for at in itertools.product(*(range(sizes[a]) for a in folded)):
+                f.fold = dict(zip(folded, at))
+                for start in range(0, sizes[axis], step):
+                    f.start = start
+                    for inner in body:
+                        vals[inner.id] = _run(f, inner, vals, carried, arrays, scalars)
+                    carried = [vals[a] for a in yielded.args]
+            f.loop_axis, f.fold = None, {}
             vals[op.id] = carried
         elif op.id not in in_body:
             vals[op.id] = _run(f, op, vals, vals.get(op.attr("loop")), arrays, scalars)

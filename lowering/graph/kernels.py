@@ -311,7 +311,8 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
         raise PlaitError(f"kernel {name}: the schedule streams {', '.join(dict(ks.stream))}, "
                          f"but the sums run over {ss.keys}")
     grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
-    used = set(ss.batch) | {ss.rows, ss.keys} | {t.axes[-1] for t in ss.residents + ss.streamed}
+    used = set(ss.batch + ss.folded) | {ss.rows, ss.keys} | \
+        {t.axes[-1] for t in ss.residents + ss.streamed}
     used |= {t.cols for t in ss.terms + ss.scattered}
     axes = tuple(a for a in order if a in used)
     warps = ks.warps or rows // 16

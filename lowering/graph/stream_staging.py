@@ -176,7 +176,7 @@ def stage_sums(graph_name: str, outputs: dict[str, Node], sizes: dict[str, int],
         if not wanted(name):
             continue
         try:
-            total, w, b, keys = split_sum(node)
+            total, w, b, keys, _ = split_sum(node)
         except NotStreamable:
             continue
         if _has_scores(w, keys):

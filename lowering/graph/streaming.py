@@ -84,14 +84,20 @@ def _is(n: Node, op: str, axis: str | None = None) -> bool:
     return n.op == op and (axis is None or n.attr("axis") == axis)
 
 
-def sum_of_product(out: Node) -> tuple[Node, str, Node]:
-    """(the sum, its axis, the product summed) of out = sum(a * b, over=X) behind float
-    casts and permutes; NotStreamable otherwise."""
+def outer_sum(out: Node) -> Node:
+    """The sum behind float casts and permutes that out is; NotStreamable otherwise."""
     total = _skip(out)
     while total.op == "cast" and total.inputs[0].dtype.is_float:
         total = _skip(total.inputs[0])
     if not _is(total, "sum"):
         raise NotStreamable("the output is not a sum")
+    return total
+
+
+def sum_of_product(out: Node) -> tuple[Node, str, Node]:
+    """(the sum, its axis, the product summed) of out = sum(a * b, over=X) behind float
+    casts and permutes; NotStreamable otherwise."""
+    total = outer_sum(out)
     keys = total.attr("axis")
     prod = _skip(total.inputs[0])
     if prod.op != "mul":

@@ -18,6 +18,11 @@ loop (`stream_staging.py`): the softmax P becomes exp(x - lse) with the log-sum-
 of its logits computed by a streamed statistics kernel, and a row term such as Δ a
 temporary of its own. `find_sum` names the roles once that is done; NotStreamable says
 why a sum is not one.
+
+Grouped-query heads fold into the loop. With q over [G, R, S] sharing k and v over [G, T],
+dk = sum_S(sum_R(w * q)): the R query heads of a group are walked along with S (the loop
+runs over R x the S tiles) and the block keeps one [T tile, D] sum, rather than writing a
+sum per query head for a later kernel to add up.
 """
 from __future__ import annotations
 
@@ -27,8 +32,8 @@ from plait.dsl.dtypes import DType
 from plait.dsl.graph import rebuild
 from plait.dsl.node import OPS, Node, topo_order
 
-from .streaming import (MAX_HEAD, PASS_THROUGH, SCORE_SOURCES, NotStreamable, _skip, _uncast,
-                        sum_of_product)
+from .streaming import (MAX_HEAD, PASS_THROUGH, SCORE_SOURCES, NotStreamable, _is, _skip,
+                        _uncast, outer_sum)
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,9 @@ class SumTerm:
     out: Node                  # the value stored (the sum, or a cast/permute of it)
     total: Node                # the sum over the streamed axis
     weight: Node               # w over [batch, rows, keys]
-    operand: Node              # b, an input over [batch, keys, cols]
+    operand: Node              # b, an input over [batch, folded, keys, cols]
     cols: str
+    folded: tuple[str, ...] = ()   # axes summed with the keys (grouped query heads)
 
 
 @dataclass(frozen=True)
@@ -56,13 +62,15 @@ class StreamedSums:
     # Sums over the rows instead (sum(w * b, over=rows), b a resident): each block adds its
     # rows' part per key tile into an fp32 buffer zeroed before (`sums_merge.py`).
     scattered: tuple[SumTerm, ...] = ()
+    folded: tuple[str, ...] = ()    # axes the loop walks with the keys (the block lacks)
 
     def text(self) -> str:
         outs = ", ".join(t.name for t in self.terms)
         batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
         names = lambda ns: ", ".join(n.attr("name") for n in ns)  # noqa: E731
         added = "".join(f"; adds sum over {self.rows} into {t.name}" for t in self.scattered)
-        return (f"stream {self.keys}: sums over {self.keys} giving {outs}, rows {self.rows}, "
+        over = ",".join(self.folded + (self.keys,))
+        return (f"stream {self.keys}: sums over {over} giving {outs}, rows {self.rows}, "
                 f"reading {names(self.residents)} per block and {names(self.streamed)} per "
                 f"step{batch}{added}")
 
@@ -73,21 +81,35 @@ def with_node(out: Node, old: Node, new: Node) -> Node:
         n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype, n.attrs, n.loc)))["o"]
 
 
-def split_sum(out: Node) -> tuple[Node, Node, Node, str]:
-    """(total, weight, operand, streamed axis) of out = sum(w * b, over=X) behind casts
-    and permutes, b an input; NotStreamable otherwise."""
-    total, keys, prod = sum_of_product(out)
+def split_sum(out: Node) -> tuple[Node, Node, Node, str, tuple[str, ...]]:
+    """(total, weight, operand, streamed axis, folded axes) of out = sum(w * b, over=X)
+    behind casts and permutes, b an input; or of nested sums over X and axes F of w * b
+    (b over [..., F, X, C]: F folds into the loop over X). NotStreamable otherwise."""
+    total = outer_sum(out)
+    axes, prod = [total.attr("axis")], _skip(total.inputs[0])
+    while _is(prod, "sum"):
+        axes.append(prod.attr("axis"))
+        prod = _skip(prod.inputs[0])
+    if prod.op != "mul":
+        raise NotStreamable(f"the sum over {','.join(axes)} is not of a product")
     for w, b in (prod.inputs, prod.inputs[::-1]):
         w, b = _skip(w), _uncast(_skip(b))
-        if b.op == "input" and keys in b.axes and keys in w.axes \
-                and set(b.axes) - set(w.axes):
-            return total, w, b, keys
-    raise NotStreamable(f"the sum over {keys} is not of a weight times an input that "
-                        "runs along it")
+        if b.op != "input" or not set(axes) <= set(w.axes) & set(b.axes) or \
+                not set(b.axes) - set(w.axes):
+            continue
+        if len(axes) == 1:
+            return total, w, b, axes[0], ()
+        keys = b.axes[-2]
+        if keys not in axes:
+            raise NotStreamable(f"{b.attr('name')} is stored [{','.join(b.axes)}]; a sum over "
+                                f"{','.join(axes)} streams the axis before its columns")
+        return total, w, b, keys, tuple(a for a in b.axes if a in axes and a != keys)
+    raise NotStreamable(f"the sum over {','.join(axes)} is not of a weight times an input "
+                        "that runs along it")
 
 
 def _term(name: str, out: Node) -> tuple[SumTerm, tuple, str]:
-    total, w, b, keys = split_sum(out)
+    total, w, b, keys, folded = split_sum(out)
     # The rows: the weight's innermost axis the operand lacks; the weight's other axes
     # are the batch, which the operand may lack some of (grouped-query heads share k, v).
     lacking = [a for a in w.axes if a not in b.axes]
@@ -96,43 +118,49 @@ def _term(name: str, out: Node) -> tuple[SumTerm, tuple, str]:
         raise NotStreamable(f"the operand of {name} runs along {len(cols)} axes the weight "
                             "lacks; streaming takes one")
     rows = lacking[-1]
-    batch = tuple(a for a in w.axes if a not in (keys, rows))
-    want = tuple(a for a in batch if a in b.axes) + (keys, cols[0])
+    batch = tuple(a for a in w.axes if a not in (keys, rows) + folded)
+    want = tuple(a for a in batch if a in b.axes) + folded + (keys, cols[0])
     if b.axes != want:
         raise NotStreamable(f"{b.attr('name')} is stored [{','.join(b.axes)}]; streaming "
                             f"takes [{','.join(want)}]")
     if set(out.axes) != set(batch + (rows, cols[0])):
         raise NotStreamable(f"{name} is over [{','.join(out.axes)}]")
-    return SumTerm(name, out, total, w, b, cols[0]), batch, rows
+    return SumTerm(name, out, total, w, b, cols[0], folded), batch, rows
 
 
 def find_sums(terms: dict[str, Node]) -> StreamedSums:
     """The roles of outputs that are sums over one streamed axis with shared rows (their
     reductions other than the score contractions already staged out)."""
     found = [_term(name, out) for name, out in terms.items()]
-    batch, rows = found[0][1], found[0][2]
-    keys = found[0][0].total.attr("axis")
+    first, batch, rows = found[0]
+    keys, folded = _keys(first), first.folded
     for term, b, r in found:
-        if (b, r, term.total.attr("axis")) != (batch, rows, keys):
+        if (b, r, _keys(term), term.folded) != (batch, rows, keys, folded):
             raise NotStreamable(f"{term.name} streams another axis or other rows than "
-                                f"{found[0][0].name}")
+                                f"{first.name}")
     scores, residents, streamed = [], {}, {}
     for term, _, _ in found:
         streamed.setdefault(term.operand.attr("name"), term.operand)
-        weight_roles(term, batch, rows, keys, scores, residents, streamed)
+        weight_roles(term, batch, rows, keys, scores, residents, streamed, folded)
     check_tensors(residents, streamed)
     return StreamedSums(tuple(t for t, _, _ in found), tuple(scores),
-                        tuple(residents.values()), tuple(streamed.values()), batch, rows, keys)
+                        tuple(residents.values()), tuple(streamed.values()), batch, rows, keys,
+                        folded=folded)
+
+
+def _keys(term: SumTerm) -> str:
+    """The streamed axis: the operand's rows (the axis before its columns)."""
+    return term.operand.axes[-2]
 
 
 def weight_roles(term: SumTerm, batch, rows: str, keys: str, scores: list, residents: dict,
-                 streamed: dict) -> None:
+                 streamed: dict, folded: tuple[str, ...] = ()) -> None:
     """Add the score contractions in term's weight and their operands to the lists (by
     name); NotStreamable if the weight holds anything a loop step cannot compute."""
     nodes = topo_order([term.weight])
     for n in nodes:
         if n.op in OPS and OPS[n.op].kind == "reduce":
-            a, c = _contraction(n, batch, rows, keys)
+            a, c = _contraction(n, batch, rows, keys, folded)
             if n not in scores:
                 scores.append(n)
             residents.setdefault(a.attr("name"), a)
@@ -142,7 +170,7 @@ def weight_roles(term: SumTerm, batch, rows: str, keys: str, scores: list, resid
         if n.uid in inside:
             continue
         if n.op == "input":
-            if not set(n.axes) <= set(batch + (rows, keys)):
+            if not set(n.axes) <= set(batch + folded + (rows, keys)):
                 raise NotStreamable(f"the weight of {term.name} reads "
                                     f"{n.attr('name')!r} over [{','.join(n.axes)}]")
         elif n.op not in SCORE_SOURCES and n.op not in PASS_THROUGH and \
@@ -163,7 +191,7 @@ def check_tensors(residents: dict, streamed: dict) -> None:
         raise NotStreamable(f"{', '.join(sorted(overlap))} is read both per block and per step")
 
 
-def _contraction(n: Node, batch, rows: str, keys: str) -> tuple[Node, Node]:
+def _contraction(n: Node, batch, rows: str, keys: str, folded=()) -> tuple[Node, Node]:
     """(resident, streamed) operands of a score contraction sum(a * c, over=depth)."""
     depth = n.attr("axis")
     prod = _skip(n.inputs[0])
@@ -177,7 +205,8 @@ def _contraction(n: Node, batch, rows: str, keys: str) -> tuple[Node, Node]:
         raise NotStreamable(f"the contraction over {depth} in the weights has computed "
                             "operands")
     for t, axis, full in ((a, rows, True), (c, keys, False)):
-        want = tuple(x for x in batch if full or x in t.axes) + (axis, depth)
+        want = tuple(x for x in batch if full or x in t.axes) + (() if full else folded) + \
+            (axis, depth)
         if t.axes != want:
             raise NotStreamable(f"{t.attr('name')} is stored [{','.join(t.axes)}]; a streamed "
                                 f"sum takes [{','.join(want)}]")

@@ -41,6 +41,10 @@ class Merged:
 def merge(host: StreamedSums, guest: StreamedSums, graph_name: str) -> Merged:
     """The guest's sums added up in the host's loop; NotStreamable says why they cannot
     be (another batch, rows and keys not swapped, an operand the host cannot keep)."""
+    if host.folded or guest.folded:
+        raise NotStreamable(f"the kernel of {_names(host if host.folded else guest)} folds "
+                            f"{','.join(host.folded or guest.folded)} into its loop; its sums "
+                            "do not merge")
     if (guest.rows, guest.keys) != (host.keys, host.rows) or guest.batch != host.batch:
         raise NotStreamable(f"{_names(guest)} walk {guest.keys} over rows {guest.rows}; the "
                             f"kernel of {_names(host)} walks {host.keys} over rows {host.rows}")

@@ -60,6 +60,12 @@ class StreamKernel:
         return self.tile.name
 
     @property
+    def folded(self) -> tuple[str, ...]:
+        """Axes the loop walks with the keys, outermost (grouped query heads in dk, dv)."""
+        loop = next(op for op in self.tile.ops if op.op == "loop")
+        return tuple(loop.attr("fold") or ())
+
+    @property
     def rows_per_warp(self) -> int:
         return 16 * self.row_blocks
 
@@ -136,8 +142,9 @@ class StreamKernel:
                                      for t in ts)
         return (f"streamed kernel {self.name} ({self.target}, mma.sync): {self.rows} rows of "
                 f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, "
-                f"{self.keys_axis} in steps of {self.keys}; per block {tiles(self.residents)}, "
-                f"per step {tiles(self.streamed)}; {STAGES} stages, shared "
+                f"{self.keys_axis} in steps of {self.keys}" +
+                "".join(f" for each {a}" for a in self.folded) +
+                f"; per block {tiles(self.residents)}, per step {tiles(self.streamed)}; {STAGES} stages, shared "
                 f"{self.shared_bytes} bytes" +
                 "".join(f"; adds into {n} per step" for n in self.scattered) + "\n" +
                 self.tile.text())

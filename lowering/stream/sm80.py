@@ -111,6 +111,8 @@ class _Emitter(KernelEmitter):
             j, e = col
             start = self.key0 if axis == sk.keys_axis else L.i32(0)
             return b.add(start, b.add(self.lane_col, L.i32(8 * j + e)))
+        if axis in self.fold_at:
+            return self.fold_at[axis]
         return self.batch_index()[axis]
 
     def batch_index(self) -> dict:
@@ -138,6 +140,7 @@ class _Emitter(KernelEmitter):
         self.lane_col = b.shl(b.and_(self.lane, L.i32(3)), L.i32(1))
         self.warp_row = b.mul(warp, L.i32(sk.rows_per_warp))
         self.key0 = L.i32(0)
+        self.fold_at = {}           # a folded axis: this step's position along it
         self.masked = True
         self._batch = None
         self.batch_index()          # computed here, where every branch below sees it
@@ -159,7 +162,11 @@ class _Emitter(KernelEmitter):
         after = [op for op in ops if op.id > loop_op.id and op.id not in in_body]
         for op in before:
             self._emit(op)
-        n_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)), L.i32(sk.keys))
+        self.key_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)),
+                                L.i32(sk.keys))
+        n_steps = self.key_steps
+        for axis in sk.folded:      # the loop walks the folded axes x the key tiles
+            n_steps = b.mul(n_steps, self.size(axis))
         for t in sk.residents:
             copy_rows(self, t.name, sk.rows_axis, self.m0, sk.rows, t.width, t.pad,
                       b.add(self.base, L.i32(sk.resident_offset(t.name))))
@@ -169,6 +176,7 @@ class _Emitter(KernelEmitter):
         first = b.and_(b.icmp_signed(">", n_steps, L.i32(0)),
                        b.not_(self._tile_status(L.i32(0))[1]))
         with b.if_then(first):
+            self._stream_from({axis: L.i32(0) for axis in sk.folded})
             copy_step(self, L.i32(0), L.i32(0))
         P.cp_async_commit(b)
         P.cp_async_wait(b, 0)
@@ -191,15 +199,19 @@ class _Emitter(KernelEmitter):
             P.barrier(b)                    # everyone's did, and step j-1 is done with
             nxt = b.add(j, L.i32(1))        # the other stage, which is refilled now
             ahead = b.icmp_signed("<", nxt, n_steps)
-            with b.if_then(b.and_(ahead, b.not_(self._tile_status(nxt)[1]))):
-                copy_step(self, nxt, b.sub(L.i32(1), stage))
+            fold, key_step = self._split_step(j)
+            nxt_fold, nxt_key_step = self._split_step(nxt)
+            with b.if_then(b.and_(ahead, b.not_(self._tile_status(nxt_key_step)[1]))):
+                self._stream_from(nxt_fold)
+                copy_step(self, nxt_key_step, b.sub(L.i32(1), stage))
             P.cp_async_commit(b)
-            self.key0 = b.mul(j, L.i32(sk.keys))
+            self.key0 = b.mul(key_step, L.i32(sk.keys))
+            self.fold_at = fold
             self.stage_base = b.add(b.add(self.base, L.i32(sk.resident_bytes)),
                                     b.mul(stage, L.i32(sk.stage_bytes)))
             # A scattered sum's product spans the warps (a barrier in the body): then the
             # whole block takes one branch.
-            whole, empty = self._tile_status(j, warp=not sk.scattered)
+            whole, empty = self._tile_status(key_step, warp=not sk.scattered)
             return self._branches(flat, whole, empty, body, yielded, carried_keys)
         final = loop(b, self.fn, n_steps, init, step)
         P.cp_async_wait(b, 0)
@@ -212,8 +224,27 @@ class _Emitter(KernelEmitter):
             self._emit(op)
         b.ret_void()
 
+    def _split_step(self, j) -> tuple[dict, object]:
+        """({folded axis: position}, key tile) of loop step j: the folded axes outermost."""
+        if not self.sk.folded:
+            return {}, j
+        b = self.b
+        rest, fold = b.udiv(j, self.key_steps), {}
+        key_step = b.urem(j, self.key_steps)
+        for axis in reversed(self.sk.folded):
+            fold[axis] = b.urem(rest, self.size(axis))
+            rest = b.udiv(rest, self.size(axis))
+        return fold, key_step
+
+    def _stream_from(self, fold: dict) -> None:
+        """The streamed tensors' offsets at these positions along the folded axes (what
+        the copies that follow read)."""
+        if fold:
+            for t in self.sk.streamed:
+                self.offsets[t.name] = self._matrix_at(t.name, t.axis, t.width, fold)
+
     def _tile_status(self, j, warp: bool = False) -> tuple:
-        """(i1 the tile of step j needs no mask, i1 its keys are all masked): the position
+        """(i1 the key tile j needs no mask, i1 its keys are all masked): the position
         mask over the block's rows (the same in every thread: what the copies follow) or,
         with `warp`, over this warp's rows (what its arithmetic follows; the step's body
         has no barrier), and the tile's keys (stream.masks); and whether the tile ends
@@ -272,19 +303,21 @@ class _Emitter(KernelEmitter):
             out += [vals[self.project(k, self.ops[value].axes)] for k in keys]
         return out
 
-    def _matrix_at(self, name: str, rows_axis: str, width: int):
+    def _matrix_at(self, name: str, rows_axis: str, width: int, fold: dict | None = None):
         """Element offset (i64) of this block's batch index's [rows, width] matrix of a
         tensor, over the batch axes it has (all of the block's, or fewer: the query heads
-        of a group share its k and v)."""
+        of a group share its k and v) and, for a streamed one, the folded axes at `fold`."""
         b, sk = self.b, self.sk
-        axes = [a for a in self.buffers[name].axes if a in sk.batch]
+        fold = fold or {}
+        axes = [a for a in self.buffers[name].axes if a in sk.batch or a in fold]
         if list(axes) == list(sk.batch):
             linear = b.zext(self.batch_linear, L.I64)
         else:
             linear = ir.Constant(L.I64, 0)
             for axis in axes:
+                at = fold[axis] if axis in fold else self.batch_index()[axis]
                 linear = b.add(b.mul(linear, b.zext(self.size(axis), L.I64)),
-                               b.zext(self.batch_index()[axis], L.I64))
+                               b.zext(at, L.I64))
         rows = b.zext(self.size(rows_axis), L.I64)
         return b.mul(linear, b.mul(rows, ir.Constant(L.I64, width)))
 

@@ -1,7 +1,7 @@
 """Stage 3 for a kernel of streamed sums: a loop of dots carrying only the sums.
 
     residents (per block):  a_i over [rows, width]          the rows' side of each score
-    loop over keys:         c_i, b_j tiles over [keys, width]
+    loop over keys:         c_i, b_j tiles over [keys, width] (and folded axes: R x keys)
         s_i = dot(a_i, c_i)                                 the score contractions
         w_j = the weight's ops on them (exp(x - lse), masks on index(), row terms)
         w_j = where(key inside, w_j, 0)                     mask=edge
@@ -41,7 +41,9 @@ def build_sums_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy) 
         tiles[t.attr("name")] = b.value[t.uid] = b.emit("load", (), t.axes, t.dtype,
                                                          buffer=t.attr("name"))
     zero = b.emit("const", (), (), f32, value=0.0)
-    loop = b.emit("loop", (zero,) * len(ss.terms), (), f32, axis=ss.keys, step=step)
+    # A folded axis (grouped query heads) is walked by the loop too: R x the key tiles.
+    folded = {"fold": ss.folded} if ss.folded else {}
+    loop = b.emit("loop", (zero,) * len(ss.terms), (), f32, axis=ss.keys, step=step, **folded)
     accs = [b.emit("carried", (), t.total.axes, f32, loop=loop, index=i)
             for i, t in enumerate(ss.terms)]
     for t in ss.streamed:

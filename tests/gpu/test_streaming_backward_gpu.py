@@ -14,13 +14,22 @@ pytestmark = pytest.mark.gpu
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lowering"))
 import plait  # noqa: E402
 from plait.autodiff import grad, to_torch  # noqa: E402
-from test_streaming import CASES, _extra, _shapes  # noqa: E402
-from test_streaming_backward import NOT_GROUPED, late, reference_grads  # noqa: E402
+from test_streaming import CASES, _extra, _shapes, grouped, grouped_causal  # noqa: E402
+from test_streaming_backward import (GROUPED, NOT_GROUPED, grouped_reference_grads,  # noqa: E402
+                                     late, reference_grads)
 
 BIGGER = [(CASES[0][0], {"B": 2, "H": 3, "S": 1000, "T": 1337, "D": 128, "E": 128}),
           (CASES[2][0], {"B": 1, "H": 2, "S": 1000, "T": 1000, "D": 64, "E": 64}),
           (CASES[0][0], {"B": 1, "H": 2, "S": 384, "T": 1000, "D": 96, "E": 96}),
           (late, {"B": 1, "H": 2, "S": 80, "T": 70, "D": 16, "E": 24})]
+
+
+# Grouped queries (dk, dv fold the group's heads into their loop): LLaMA-like 4 heads per
+# group, odd lengths, S != T.
+GROUPED_BIGGER = [(grouped, {"B": 1, "G": 2, "R": 4, "H": 1, "S": 777, "T": 1337, "D": 64,
+                             "E": 64}),
+                  (grouped_causal, {"B": 2, "G": 2, "R": 4, "H": 1, "S": 1000, "T": 1000,
+                                    "D": 128, "E": 128})]
 
 
 def _accumulated(bwd):
@@ -34,6 +43,13 @@ def _accumulated(bwd):
                          ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
 def test_streamed_backward_on_the_gpu(algo, sizes, dtype, dq):
     check_backward(algo, sizes, dtype, dq)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("algo,sizes", GROUPED + GROUPED_BIGGER,
+                         ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
+def test_grouped_backward_on_the_gpu(algo, sizes, dtype):
+    check_backward(algo, sizes, dtype, "own loop")
 
 
 def test_rows_past_the_end_add_nothing_to_dq():
@@ -52,8 +68,11 @@ def check_backward(algo, sizes, dtype, dq, offset=0.0):
     dout = torch.randn(*q.shape[:-1], sizes["E"], generator=gen, device="cuda").to(dtype)
     scale = sizes["D"] ** -0.5
     extra = _extra(algo, sizes)
-    ref, out = reference_grads(algo.name, *(t.cpu().double().numpy() for t in (q, k, v)),
-                               dout.cpu().double().numpy(), scale, extra=extra)
+    arrays = [t.cpu().double().numpy() for t in (q, k, v, dout)]
+    if (algo, sizes) in GROUPED + GROUPED_BIGGER:
+        ref, out = grouped_reference_grads(algo.name, *arrays, scale)
+    else:
+        ref, out = reference_grads(algo.name, *arrays, scale, extra=extra)
     bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
     extra_t = {n: torch.from_numpy(a).cuda() for n, a in extra.items()}
     # out in the forward's dtype (the documents' fp32 bias promotes it to fp32).
@@ -66,6 +85,28 @@ def check_backward(algo, sizes, dtype, dq, offset=0.0):
         have = got[name].cpu().double().numpy()
         assert not np.isnan(have).any(), name
         assert np.abs(have - want).max() < 8 * step * max(1.0, np.abs(want).max()), name
+
+
+def test_grouped_training_through_the_bridge_matches_sdpa():
+    """q over [B, G, R, S, D] is torch's [B, G*R, S, D] viewed by group; SDPA's
+    enable_gqa shares each k, v head the same way."""
+    fn = to_torch(grouped_causal)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    b, g, r, n, d = 2, 2, 4, 333, 64
+    shapes = [(b, g, r, n, d), (b, g, n, d), (b, g, n, d)]
+    leaves = [torch.randn(*sh, generator=gen, device="cuda", dtype=torch.bfloat16)
+              .requires_grad_() for sh in shapes]
+    out = fn(*leaves, scale=0.125)
+    dout = torch.randn_like(out)
+    mine = torch.autograd.grad(out, leaves, dout)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        exact[0].reshape(b, g * r, n, d), *exact[1:], is_causal=True, scale=0.125,
+        enable_gqa=True)
+    theirs = torch.autograd.grad(ref, exact, dout.double().reshape(b, g * r, n, d))
+    for a, want in zip(mine, theirs):
+        top = want.abs().max().item()
+        assert (a.double() - want).abs().max().item() < 0.03 * top
 
 
 @pytest.mark.parametrize("causal", [False, True])

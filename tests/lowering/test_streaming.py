@@ -58,11 +58,24 @@ def grouped(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
     return sum(softmax(sum(q * k, over="D") * scale, over="T") * v, over="T")
 
 
+@algorithm
+def grouped_causal(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
+                   v: Tensor["B", "G", "T", "E"], scale: float = 0.125):
+    """Grouped queries under the causal mask (as LLaMA's attention is)."""
+    s = where(index("T") <= index("S"), sum(q * k, over="D") * scale, float("-inf"))
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+def ungrouped(name: str) -> str:
+    """The example a grouped one is with each group's k, v repeated per query head."""
+    return {"grouped": "attention", "grouped_causal": "causal"}.get(name, name)
+
+
 def _reference(name, q, k, v, scale, cap=5.0, extra=None):
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    if name == "grouped":               # as the rest, with the group's k, v per query head
+    if name != ungrouped(name):         # as the rest, with the group's k, v per query head
         b, g, r = q.shape[:3]
-        out = _reference("attention", q.reshape(b, g * r, *q.shape[3:]),
+        out = _reference(ungrouped(name), q.reshape(b, g * r, *q.shape[3:]),
                          np.repeat(k, r, axis=1), np.repeat(v, r, axis=1), scale)
         return out.reshape(b, g, r, *out.shape[2:])
     s = np.einsum("bhsd,bhtd->bhst", q, k) * scale
@@ -93,6 +106,7 @@ CASES = [
     (window, {"B": 1, "H": 1, "S": 200, "T": 190, "D": 16, "E": 8}),
     (documents, {"B": 2, "H": 2, "S": 90, "T": 130, "D": 32, "E": 24}),
     (grouped, {"B": 1, "G": 2, "R": 3, "H": 1, "S": 70, "T": 100, "D": 64, "E": 32}),
+    (grouped_causal, {"B": 2, "G": 1, "R": 2, "H": 1, "S": 90, "T": 77, "D": 32, "E": 48}),
 ]
 
 

@@ -46,7 +46,8 @@ def test_two_stage_and_the_default_keep_dq_s_own_loop():
 
 
 def test_atomic_where_no_kernel_walks_dq_s_rows_is_an_error():
-    """Grouped queries: dk and dv also sum over a group's heads, and are not streamed."""
+    """Grouped queries: dk and dv also sum over a group's heads, folded into their loop
+    (dq's rows are not theirs: dq has the heads, they do not)."""
     algo, sizes = next(c for c in CASES if c[0].name == "grouped")
     graph = grad(algo, wrt=["q", "k", "v"], save=("out",)).graph({n: DType.BF16 for n in "qkv"})
     with pytest.raises(PlaitError, match=r"reduction 'atomic' adds its sums up in another "
