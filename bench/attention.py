@@ -1,12 +1,14 @@
 """plait's attention forward vs torch SDPA's flash and cuDNN backends, bf16, in one run.
 
-    python bench/attention.py [--quick] [--repeat N] [--out bench/results_attention.md]
+    python bench/attention.py [--quick | --grouped] [--repeat N] [--out FILE.md]
 
 Workloads: D 64 and 128, S = T 1024 and 4096 at B4 H16, 16384 at B1 H16 (16 heads of 128
 query tiles fill the 132 SMs 15 times over; at B4 the unfused plait of today would need two
 34 GB bf16 score temporaries), each non-causal and causal (examples/attention.py's
 `attention` and `causal_attention`; SDPA with is_causal=True, the same top-left mask), with
-scale 1/sqrt(D). TFLOP/s counts 4·B·H·D per unmasked (query, key) pair: 4·B·H·S·T·D
+scale 1/sqrt(D); and grouped-query attention, 32 query heads sharing 8 k, v heads at B2
+S4096 (`grouped_query_attention`, `causal_grouped_query_attention`; SDPA with
+enable_gqa=True). TFLOP/s counts 4·B·H·D per unmasked (query, key) pair: 4·B·H·S·T·D
 without a mask, S(S+1)/2 pairs instead of S·T under the causal mask (DESIGN.md's protocol,
 unmasked work only). Each contender is timed as a CUDA-graph replay (bench/timing.py's
 `both`; the call time is printed, the replay is tabled), plait through one plait.compile
@@ -45,10 +47,16 @@ class Workload:
     T: int
     D: int
     causal: bool
+    R: int = 1              # query heads per k, v head (grouped-query attention when > 1)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.H // self.R
 
     @property
     def name(self) -> str:
-        shape = f"B{self.B} H{self.H} S{self.S}" + (f" T{self.T}" if self.T != self.S else "")
+        shape = f"B{self.B} H{self.H}" + (f" KV{self.kv_heads}" if self.R > 1 else "") + \
+            f" S{self.S}" + (f" T{self.T}" if self.T != self.S else "")
         return f"bf16 {shape} D{self.D}" + (" causal" if self.causal else "")
 
     @property
@@ -72,12 +80,20 @@ def flops(w: Workload) -> int:
 SIZES = ((4, 16, 1024), (4, 16, 4096), (1, 16, 16384))     # (B, H, S = T)
 
 
-def workloads(quick: bool = False) -> list[Workload]:
+def grouped_workloads() -> list[Workload]:
+    """The issue's GQA grid: 32 query heads sharing 8 k, v heads, at S = T = 4096."""
+    return [Workload(2, 32, 4096, 4096, D, causal, R=4) for D in (64, 128)
+            for causal in (False, True)]
+
+
+def workloads(quick: bool = False, grouped: bool = False) -> list[Workload]:
+    if grouped:
+        return grouped_workloads()
     if quick:
         return [Workload(4, 16, 1024, 1024, 128, False), Workload(4, 16, 1024, 1024, 128, True),
                 Workload(4, 16, 4096, 4096, 64, False)]
     return [Workload(B, H, S, S, D, causal) for D in (64, 128) for B, H, S in SIZES
-            for causal in (False, True)]
+            for causal in (False, True)] + grouped_workloads()
 
 
 def load_example(name: str):
@@ -95,9 +111,9 @@ def load_example(name: str):
 def make_inputs(w: Workload, device="cuda", dtype=torch.bfloat16, seed=0):
     gen = torch.Generator(device=device).manual_seed(seed)
 
-    def r(n):
-        return torch.randn(w.B, w.H, n, w.D, generator=gen, device=device).to(dtype)
-    return r(w.S), r(w.T), r(w.T)
+    def r(heads, n):
+        return torch.randn(w.B, heads, n, w.D, generator=gen, device=device).to(dtype)
+    return r(w.H, w.S), r(w.kv_heads, w.T), r(w.kv_heads, w.T)
 
 
 def sdpa(backend_name: str, q, k, v, w: Workload):
@@ -108,15 +124,27 @@ def sdpa(backend_name: str, q, k, v, w: Workload):
     def fn():
         with sdpa_kernel(backend):
             return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=w.causal, scale=w.scale)
+                q, k, v, is_causal=w.causal, scale=w.scale, enable_gqa=w.R > 1)
     return fn
+
+
+def example_for(w: Workload) -> str:
+    """The examples/attention.py algorithm the workload runs."""
+    name = "grouped_query_attention" if w.R > 1 else "attention"
+    return "causal_" + name if w.causal else name
+
+
+def grouped_view(q, w: Workload):
+    """torch's q [B, H, S, D] as the grouped example takes it, [B, G, R, S, D] (a view)."""
+    return q.view(w.B, w.kv_heads, w.R, *q.shape[2:]) if w.R > 1 else q
 
 
 def plait_contender(q, k, v, w: Workload):
     import plait
-    algo = load_example("causal_attention" if w.causal else "attention")
-    handle = plait.compile(algo, like=(q, k, v), scale=w.scale)
-    return lambda: handle(q, k, v)
+    algo = load_example(example_for(w))
+    qg = grouped_view(q, w)
+    handle = plait.compile(algo, like=(qg, k, v), scale=w.scale)
+    return lambda: handle(qg, k, v).view(q.shape)
 
 
 def check(out, ref) -> float:
@@ -238,12 +266,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--grouped", action="store_true", help="only the GQA workloads")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     import triton
     rows = []
-    for w in workloads(args.quick):
+    for w in workloads(args.quick, args.grouped):
         rows.append(measure(w, args.repeat))
         torch.cuda.empty_cache()
     cudnn = torch.backends.cudnn.version()

@@ -47,15 +47,16 @@ def peer(backend: str, q, k, v, dout, w):
 def plait_contender(q, k, v, dout, w):
     import plait
     from plait.autodiff import grad
-    algo = forward_bench.load_example("causal_attention" if w.causal else "attention")
+    algo = forward_bench.load_example(forward_bench.example_for(w))
     bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
     with torch.no_grad():
         out = forward_bench.sdpa("flash", q, k, v, w)()
-    handle = plait.compile(bwd, like=(q, k, v, dout, out), scale=w.scale)
+    qg, dout_g, out_g = (forward_bench.grouped_view(t, w) for t in (q, dout, out))
+    handle = plait.compile(bwd, like=(qg, k, v, dout_g, out_g), scale=w.scale)
 
     def run():
-        grads = handle(q, k, v, dout=dout, out=out)
-        return grads["dq"], grads["dk"], grads["dv"]
+        grads = handle(qg, k, v, dout=dout_g, out=out_g)
+        return grads["dq"].view(q.shape), grads["dk"], grads["dv"]
     return run
 
 
@@ -123,11 +124,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--grouped", action="store_true", help="only the GQA workloads")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     import triton
     rows = []
-    for w in forward_bench.workloads(args.quick):
+    for w in forward_bench.workloads(args.quick, args.grouped):
         rows.append(measure(w, args.repeat))
         torch.cuda.empty_cache()
     stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "

@@ -1,7 +1,9 @@
 """Attention written as plain math: queries along S, keys and values along T, heads H,
 batch B, head dimension D. Every variant is the same softmax-weighted contraction; a
 mask or a score modifier is elementwise math on the scores (`index` gives positions,
-and -inf behaves as in IEEE arithmetic, so a masked key gets weight exactly 0)."""
+and -inf behaves as in IEEE arithmetic, so a masked key gets weight exactly 0).
+Grouped-query attention names the heads as groups G of R query heads: k and v lack R,
+so each group's k and v broadcast over its query heads (multi-query is G = 1)."""
 from plait.dsl import Tensor, algorithm, index, logical_and, softmax, sum, tanh, where
 
 NEG_INF = float("-inf")
@@ -43,4 +45,23 @@ def softcap_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D
     """Gemma 2's soft-capped scores, cap·tanh(s/cap) on the scaled scores, unmasked."""
     s = sum(q * k, over="D") * scale
     s = cap * tanh(s / cap)
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def grouped_query_attention(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
+                            v: Tensor["B", "G", "T", "D"], scale: float = 0.125):
+    """The R query heads of group G share its k and v (torch's q [B, G*R, S, D] viewed
+    as [B, G, R, S, D]; SDPA's enable_gqa=True)."""
+    s = sum(q * k, over="D") * scale
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def causal_grouped_query_attention(q: Tensor["B", "G", "R", "S", "D"],
+                                   k: Tensor["B", "G", "T", "D"],
+                                   v: Tensor["B", "G", "T", "D"], scale: float = 0.125):
+    """Grouped queries under the causal mask, as LLaMA's attention is."""
+    s = sum(q * k, over="D") * scale
+    s = where(index("T") <= index("S"), s, NEG_INF)
     return sum(softmax(s, over="T") * v, over="T")

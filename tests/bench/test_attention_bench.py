@@ -64,10 +64,21 @@ def test_table_reads_back_as_a_chart_with_notes_for_failures():
     assert text.endswith("[1] plait: PlaitError: something | with a bar")
 
 
-def test_plait_is_checked_against_sdpa_on_the_cpu_executor():
+def test_grouped_workloads_are_the_issue_gqa_grid():
+    ws = bench.workloads(grouped=True)
+    assert {(w.H, w.kv_heads, w.D, w.causal) for w in ws} == {
+        (32, 8, D, c) for D in (64, 128) for c in (False, True)}
+    assert set(ws) < set(bench.workloads())
+    assert "H32 KV8" in ws[0].name
+    assert [bench.example_for(w) for w in ws[:2]] == [
+        "grouped_query_attention", "causal_grouped_query_attention"]
+
+
+@pytest.mark.parametrize("w", [bench.Workload(1, 2, 37, 53, 24, True),
+                               bench.Workload(1, 6, 37, 53, 24, True, R=3)], ids=["MHA", "GQA"])
+def test_plait_is_checked_against_sdpa_on_the_cpu_executor(w):
     """The bench's own path (plait.compile of the example, SDPA, the check), at a small
     odd cross-attention shape: the CPU executor stands in for the GPU."""
-    w = bench.Workload(1, 2, 37, 53, 24, True)
     q, k, v = bench.make_inputs(w, device="cpu")
     out = bench.plait_contender(q, k, v, w)()
     ref = bench.sdpa("math", q, k, v, w)()

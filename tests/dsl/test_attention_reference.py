@@ -4,7 +4,8 @@ cross attention, and a causal first query that sees exactly one key), and the de
 schedule's kernels, run by the CPU executor, give the reference."""
 import numpy as np
 import pytest
-from attention import attention, causal_attention, sliding_window_attention, softcap_attention
+from attention import (attention, causal_attention, causal_grouped_query_attention,
+                       grouped_query_attention, sliding_window_attention, softcap_attention)
 from examples_catalog import ATTENTION, load, random_inputs
 from golden import check_golden
 
@@ -153,21 +154,36 @@ def test_default_schedule_matches_reference(name, scalars, dtype):
 
 # ---- grouped-query attention needs no new language: q declared over [G, R] (torch's
 # q.view(B, G, R, S, D) of [B, H, S, D] with H = G·R), k and v over G, broadcast over R by
-# name. (The lowering does not put it on tensor cores yet: q has two free axes, R and S.)
+# name. The streamed kernels fold R into their loops (tests/lowering/test_streaming*.py).
 
-@algorithm
-def grouped_query_attention(q: Tensor["B", "G", "R", "S", "D"], k: Tensor["B", "G", "T", "D"],
-                            v: Tensor["B", "G", "T", "D"], scale: float = 0.125):
-    s = sum(q * k, over="D") * scale
-    return sum(softmax(s, over="T") * v, over="T")
+G, R = 2, 3
 
 
-def test_grouped_query_attention_is_attention_with_kv_repeated():
-    G, R = 2, 3
-    rng = np.random.default_rng(9)
+def _grouped_inputs(seed):
+    rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, G * R, S, D))
     k, v = rng.standard_normal((B, G, T, D)), rng.standard_normal((B, G, T, D))
-    out = evaluate(grouped_query_attention.graph({}),
-                   {"q": q.reshape(B, G, R, S, D), "k": k, "v": v})["out"]
-    ref = _numpy_attention(q, np.repeat(k, R, axis=1), np.repeat(v, R, axis=1), 0.125)
+    return q, k, v
+
+
+@pytest.mark.parametrize("algo,keep", [(grouped_query_attention, None),
+                                       (causal_grouped_query_attention, _keep(S, T))])
+def test_grouped_query_attention_is_attention_with_kv_repeated(algo, keep):
+    q, k, v = _grouped_inputs(9)
+    out = evaluate(algo.graph({}), {"q": q.reshape(B, G, R, S, D), "k": k, "v": v})["out"]
+    assert out.shape == (B, G, R, S, D)
+    ref = _numpy_attention(q, np.repeat(k, R, axis=1), np.repeat(v, R, axis=1), 0.125, keep)
     np.testing.assert_allclose(out.reshape(B, G * R, S, D), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("algo", [grouped_query_attention, causal_grouped_query_attention])
+def test_grouped_default_schedule_matches_reference(algo):
+    q, k, v = _grouped_inputs(10)
+    inputs = {"q": q.reshape(B, G, R, S, D), "k": k, "v": v}
+    inputs = {n: x.astype(np.float32).astype(DType.BF16.numpy) for n, x in inputs.items()}
+    graph = algo.graph({n: DType.BF16 for n in inputs})
+    sizes = {"B": B, "G": G, "R": R, "S": S, "T": T, "D": D}
+    out = np.asarray(emulate(graph, None, sizes, inputs, {})["out"], np.float64)
+    ref = evaluate(graph, inputs)["out"]
+    assert not np.isnan(out).any(), "an output element was never written (NaN poison)"
+    assert np.abs(out - ref).max() / np.abs(ref).max() < TOL[DType.BF16]
