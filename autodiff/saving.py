@@ -9,12 +9,21 @@ that very node. After simplification the backward may also rebuild a saved
 value in another way (`(g / s) * e` becomes `g * (e / s)`, which is softmax's
 output); `read_saved` finds such recomputations by structure and reads the
 input instead.
+
+One name needs no label: "lse", the log-sum-exp of the forward's softmax (attention's
+statistics, `log(sum(exp(x - m))) + m` in fp32 over the rows). The forward writes it out
+(a streamed attention forward from its running max and sum, at no extra pass), and the
+backward reads each softmax p of those logits as exp(x - lse) instead of recomputing
+the sums: for attention one streamed pass over the keys fewer.
 """
 from __future__ import annotations
 
+from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
-from plait.dsl.node import Node
+from plait.dsl.node import Node, make_attrs, topo_order
+
+LSE = "lse"      # the softmax's log-sum-exp: a saved name no `name(x, ...)` label needs
 
 
 def saved_nodes(graph: AlgorithmGraph, save) -> dict[str, Node]:
@@ -32,6 +41,8 @@ def saved_nodes(graph: AlgorithmGraph, save) -> dict[str, Node]:
             found[label] = labelled[label]
         elif label in graph.outputs:
             found[label] = graph.outputs[label]
+        elif label == LSE:
+            found[label] = softmax_logsumexp(graph)
         else:
             known = sorted(set(labelled) | set(graph.outputs))
             raise PlaitError(f"{graph.name}: save={label!r} names no intermediate; name one "
@@ -52,6 +63,49 @@ def with_saved_outputs(graph: AlgorithmGraph, save, *, name: str | None = None) 
                              "argument of that name")
         outputs[label] = node
     return AlgorithmGraph(name or graph.name, graph.params, graph.axis_order, outputs)
+
+
+def _strip(n: Node) -> Node:
+    while n.op in ("name", "broadcast", "stop_gradient"):
+        n = n.inputs[0]
+    return n
+
+
+def softmaxes(nodes) -> list[tuple[Node, Node, str]]:
+    """(p, x, axis) for each p = exp(x - max(x)) / sum(exp(x - max(x)), over=axis) among
+    nodes (the DSL softmax's traced form)."""
+    found = []
+    for p in nodes:
+        if p.op != "div":
+            continue
+        e, z = (_strip(i) for i in p.inputs)
+        if z.op != "sum" or _strip(z.inputs[0]) is not e or e.op != "exp" or \
+                _strip(e.inputs[0]).op != "sub":
+            continue
+        x, m = (_strip(i) for i in _strip(e.inputs[0]).inputs)
+        axis = z.attr("axis")
+        if m.op == "max" and m.attr("axis") == axis and _strip(m.inputs[0]) is x:
+            found.append((p, x, axis))
+    return found
+
+
+def softmax_logsumexp(graph: AlgorithmGraph) -> Node:
+    """The log-sum-exp (fp32) of the forward's one softmax, from the softmax's own max and
+    sum; PlaitError when the forward has no softmax or several."""
+    found = softmaxes(graph.nodes)
+    if len({(x.uid, axis) for _, x, axis in found}) != 1:
+        raise PlaitError(f"{graph.name}: save={LSE!r} saves the log-sum-exp of the softmax, "
+                         f"but the forward has {len(found) or 'no'} softmaxes; label the "
+                         "value to save with name(x, label)")
+    p = found[0][0]
+    e, z = p.inputs
+    shift = _strip(e).inputs[0].inputs[1]          # stop_gradient(max(x)), as traced
+    rows = z.axes
+    value = Node("add", (Node("log", (z,), rows, z.dtype, make_attrs(), p.loc), shift),
+                 rows, z.dtype, make_attrs(), p.loc)
+    if value.dtype != DType.FP32:
+        value = Node("cast", (value,), rows, DType.FP32, make_attrs(dtype=DType.FP32), p.loc)
+    return value
 
 
 def structure_keys(nodes) -> dict[int, tuple]:
@@ -92,12 +146,54 @@ def read_saved(bwd: AlgorithmGraph, forward: AlgorithmGraph, save) -> AlgorithmG
         return Node(n.op, new_inputs, n.axes, n.dtype, n.attrs, n.loc)
 
     outputs = rebuild(bwd.outputs, replace)
+    if LSE in save:
+        outputs, replaced = _softmax_over_saved_lse(bwd, outputs, forward, fkeys) or \
+            (outputs, replaced)
     if not replaced:
         return bwd
     return AlgorithmGraph(bwd.name, bwd.params, bwd.axis_order, outputs)
 
 
+def _softmax_over_saved_lse(bwd: AlgorithmGraph, outputs: dict, forward: AlgorithmGraph,
+                            fkeys: dict):
+    """(outputs, True) with each softmax of the forward's saved logits read as
+    exp(x - lse); None when the saved "lse" is not that softmax's log-sum-exp (a label or
+    output of the user's) or the backward recomputes no such softmax."""
+    try:
+        lse_value = softmax_logsumexp(forward)
+    except PlaitError:
+        return None
+    if structure_keys(topo_order([lse_value]))[lse_value.uid] != \
+            fkeys[forward.outputs[LSE].uid]:
+        return None
+    (_, fx, faxis), = softmaxes(forward.nodes)[:1]
+    graph = AlgorithmGraph(bwd.name, bwd.params, bwd.axis_order, outputs)
+    keys = structure_keys(graph.nodes)
+    targets = {p.uid: (x, axis) for p, x, axis in softmaxes(graph.nodes)
+               if axis == faxis and keys[x.uid] == fkeys[fx.uid]}
+    if not targets:
+        return None
+    memo: dict[int, Node] = {}
+    lse = None
+
+    def replace(n: Node, new_inputs):
+        nonlocal lse
+        if n.uid in targets:
+            x, axis = targets[n.uid]
+            x = memo[x.uid]            # x is below n: already rebuilt
+            if lse is None:
+                rows = tuple(a for a in x.axes if a != axis)
+                lse = _saved_input(bwd, LSE, Node("input", (), rows, DType.FP32))
+            diff = Node("sub", (x, lse), x.axes, DType.FP32, make_attrs(), n.loc)
+            out = Node("exp", (diff,), n.axes, DType.FP32, make_attrs(), n.loc)
+        else:
+            out = n if new_inputs == n.inputs else Node(n.op, new_inputs, n.axes, n.dtype,
+                                                        n.attrs, n.loc)
+        memo[n.uid] = out
+        return out
+    return rebuild(outputs, replace), True
+
+
 def _saved_input(bwd: AlgorithmGraph, label: str, like: Node) -> Node:
-    from plait.dsl.node import make_attrs
     index = next(i for i, p in enumerate(bwd.params) if p.name == label)
     return Node("input", (), like.axes, like.dtype, make_attrs(name=label, index=index), like.loc)

@@ -18,6 +18,7 @@ from plait.dsl.dtypes import dtype_of
 from plait.dsl.errors import PlaitError
 
 from .reverse import grad_name
+from .saving import LSE
 from .transform import grad
 
 
@@ -133,16 +134,21 @@ def saved_by_schedule(algo: Algorithm, grad_schedule=None, arch: str | None = No
 
 
 def outputs_reread(algo: Algorithm, wrt=None) -> tuple:
-    """The forward's outputs its backward would otherwise recompute (attention's row term
-    sum(dout * out)): the forward has them anyway, so the bridges keep them for it."""
+    """What the forward has anyway and its backward would otherwise recompute: the
+    outputs it reads (attention's row term sum(dout * out)), and the log-sum-exp of the
+    forward's softmax where the backward reads the softmax ("lse", which a streamed
+    attention forward writes from its running max and sum)."""
     from plait.dsl.errors import PlaitError
     outputs = tuple(algo.graph().outputs)
-    try:
-        backward = grad(algo, wrt, save=outputs).graph()
-    except PlaitError:
-        return ()                 # no gradient (the caller says so where it matters)
-    used = {n.attr("name") for n in backward.nodes if n.op == "input"}
-    return tuple(name for name in outputs if name in used)
+    offers = [outputs + (LSE,), outputs] if LSE not in outputs else [outputs]
+    for save in offers:
+        try:
+            backward = grad(algo, wrt, save=save).graph()
+        except PlaitError:
+            continue              # no single softmax (then no gradient: said where it matters)
+        used = {n.attr("name") for n in backward.nodes if n.op == "input"}
+        return tuple(name for name in save if name in used)
+    return ()
 
 
 def default_save(algo: Algorithm, wrt, grad_schedule, save) -> tuple:

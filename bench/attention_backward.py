@@ -2,11 +2,13 @@
 
     python bench/attention_backward.py [--quick] [--repeat N] [--out FILE.md]
 
-plait's contender is `grad(attention, wrt=[q, k, v], save=("out",))` of
+plait's contender is `grad(attention, wrt=[q, k, v], save=("out", "lse"))` of
 examples/attention.py, the backward autodiff derives from the forward's source, run
-through one plait.compile handle with the forward's output (as the torch bridges keep
-it): a log-sum-exp kernel, the row term sum(dout * out), dq streamed over the keys, dk
-and dv streamed over the queries in one kernel. The peers are SDPA's backward for the
+through one plait.compile handle with what plait's own forward saved for it (as the torch
+bridges keep it: the output and the softmax's log-sum-exp, written by the streamed
+forward): the row term sum(dout * out), dq streamed over the keys, dk and dv streamed
+over the queries in one kernel. `--save out` times the backward that recomputes the
+log-sum-exp in a streamed kernel of its own instead. The peers are SDPA's backward for the
 same forward, `torch.autograd.grad(out, (q, k, v), dout)` with the graph retained (its
 own preprocessing kernels included). Workloads and the unmasked-work count are
 bench/attention.py's; TFLOP/s counts the backward as 2.5 forwards (five products of
@@ -44,18 +46,20 @@ def peer(backend: str, q, k, v, dout, w):
     return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
 
-def plait_contender(q, k, v, dout, w):
+def plait_contender(q, k, v, dout, w, save=("out", "lse")):
     import plait
-    from plait.autodiff import grad
+    from plait.autodiff import forward_with_saved, grad
     algo = forward_bench.load_example(forward_bench.example_for(w))
-    bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
-    with torch.no_grad():
-        out = forward_bench.sdpa("flash", q, k, v, w)()
-    qg, dout_g, out_g = (forward_bench.grouped_view(t, w) for t in (q, dout, out))
-    handle = plait.compile(bwd, like=(qg, k, v, dout_g, out_g), scale=w.scale)
+    bwd = grad(algo, wrt=["q", "k", "v"], save=save)
+    qg, dout_g = (forward_bench.grouped_view(t, w) for t in (q, dout))
+    forward = plait.compile(forward_with_saved(algo, save), like=(qg, k, v), scale=w.scale)
+    saved = forward(qg, k, v)           # out (and lse), as the forward of a training step
+    saved = saved if isinstance(saved, dict) else {"out": saved}   # one output: a tensor
+    handle = plait.compile(bwd, like=(qg, k, v, dout_g, *(saved[n] for n in save)),
+                           scale=w.scale)
 
     def run():
-        grads = handle(qg, k, v, dout=dout_g, out=out_g)
+        grads = handle(qg, k, v, dout=dout_g, **{n: saved[n] for n in save})
         return grads["dq"].view(q.shape), grads["dk"], grads["dv"]
     return run
 
@@ -70,7 +74,7 @@ def check(got, want) -> float:
     return worst
 
 
-def measure(w, repeat: int) -> forward_bench.Row:
+def measure(w, repeat: int, save=("out", "lse")) -> forward_bench.Row:
     from timing import median_ms
     q, k, v = forward_bench.make_inputs(w)
     dout = torch.randn_like(q)
@@ -78,7 +82,7 @@ def measure(w, repeat: int) -> forward_bench.Row:
     for who in CONTENDERS:
         start = time.perf_counter()
         try:
-            fn = plait_contender(q, k, v, dout, w) if who == "plait" else \
+            fn = plait_contender(q, k, v, dout, w, save) if who == "plait" else \
                 peer(who, q, k, v, dout, w)
             fn()
             torch.cuda.synchronize()
@@ -126,15 +130,18 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--grouped", action="store_true", help="only the GQA workloads")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--save", default="out,lse",
+                    help="what plait's forward saves: out,lse (default) or out")
     args = ap.parse_args()
+    save = tuple(args.save.split(","))
     import triton
     rows = []
     for w in forward_bench.workloads(args.quick, args.grouped):
-        rows.append(measure(w, args.repeat))
+        rows.append(measure(w, args.repeat, save))
         torch.cuda.empty_cache()
     stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "
              f"{torch.__version__} · cuDNN {torch.backends.cudnn.version()} · triton "
-             f"{triton.__version__} · bf16 backward · call medians (do_bench), "
+             f"{triton.__version__} · bf16 backward · plait saves {', '.join(save)} · call medians (do_bench), "
              f"{args.repeat} repeat(s)")
     text = forward_bench.table(rows, stamp)
     print(text)

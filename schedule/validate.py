@@ -147,8 +147,11 @@ def check_save_names(schedule: Schedule, forward) -> None:
 
 def _check_save_names(p: Problems, specs, forward) -> None:
     # The forward graph, not a backward's: the backward's simplifier drops `name` nodes.
+    from plait.autodiff.saving import LSE, softmaxes
     labels = sorted({n.attr("name") for n in forward.nodes if n.op == "name"})
     known = labels + [o for o in forward.outputs if o not in labels]
+    if LSE not in known and len({(x.uid, a) for _, x, a in softmaxes(forward.nodes)}) == 1:
+        known.append(LSE)          # the softmax's log-sum-exp needs no label
     for prefix, own, _ in specs:
         if prefix and own.save:        # nothing reads a kernel's own: refuse, never ignore
             p.add(f"{prefix}save", "save: decides what the forward writes out for the "

@@ -32,7 +32,7 @@ from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .stream_staging import stage_sums
-from .streaming import NotStreamable, Stream, check_sizes, find_stream
+from .streaming import NotStreamable, Stream, check_sizes, find_stream, logsumexp_logits
 from .streaming_sums import StreamedSums
 
 REDUCE_OPS = reductions()           # from the op table
@@ -147,8 +147,10 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
     outputs, staged = dict(graph.outputs), []
     streamed, unstreamed = _streams(graph, schedule, sizes, tensor_cores, outputs)
-    for name in streamed:
+    for name, st in streamed.items():
         del outputs[name]
+        if st.saved_lse is not None:
+            del outputs[st.saved_lse[0]]
     sums = stage_sums(graph.name, outputs, sizes, lambda name: _may_stream(
         graph, schedule, name, len(outputs)), lambda kernel: schedule.for_kernel(
         kernel).reduction if schedule is not None else None,
@@ -181,6 +183,9 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     for out, st in streamed.items():
         buffers.append(Buffer(out, policy.storage_of(out, st.out.dtype), st.out.axes,
                               "output"))
+        if st.saved_lse is not None:
+            lse, node = st.saved_lse
+            buffers.append(Buffer(lse, policy.storage_of(lse, node.dtype), node.axes, "output"))
         name = _kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
         planner.kernels.append(_stream_plan(name, out, st, schedule, tensor_cores,
                                             graph.axis_order, sizes))
@@ -224,7 +229,27 @@ def _streams(graph, schedule, sizes, tensor_cores, outputs) -> tuple[dict, dict]
             why[name] = str(e)
             continue
         streamed[name] = st
-    return streamed, why
+    return _with_saved_lse(streamed, outputs), why
+
+
+def _with_saved_lse(streamed: dict, outputs: dict) -> dict:
+    """Each stream with the output that is its softmax's log-sum-exp (a forward saving it
+    for the backward), which its loop then writes from the running max and sum."""
+    taken = set(streamed)
+    for name, node in outputs.items():
+        if name in taken or not node.dtype.is_float:
+            continue
+        try:
+            logits, axis = logsumexp_logits(node)
+        except NotStreamable:
+            continue
+        for out, st in streamed.items():
+            if st.logits is logits and st.keys == axis and st.saved_lse is None and \
+                    node.axes == st.batch + (st.rows,):
+                streamed[out] = replace(st, saved_lse=(name, node))
+                taken.add(name)
+                break
+    return streamed
 
 
 def _may_stream(graph, schedule, name: str, n_outputs: int) -> bool:
@@ -345,7 +370,8 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
     grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
     axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
                  ((st.cols,) if st.cols else ()))
-    return KernelPlan(name, ((out, st.out),), axes,
+    outs = ((out, st.out),) + ((st.saved_lse,) if st.saved_lse is not None else ())
+    return KernelPlan(name, outs, axes,
                       replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)
 
 

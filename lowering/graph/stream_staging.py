@@ -7,6 +7,8 @@ taken out of the loop here:
 - a softmax p over an axis A of logits x becomes exp(x - lse), lse the log-sum-exp of x
   over A: one temporary, written by a streamed statistics kernel (the online softmax
   without v) and shared by every sum that needs it;
+- a softmax the backward reads over the forward's saved log-sum-exp (exp(x - lse), lse
+  an input over the rows: `autodiff/saving.py`) needs nothing first;
 - any other reduction (the row term sum_E(dout * out), after simplification) becomes a
   temporary of its own, planned like any kernel, with the softmax-weighted
   contractions inside it (the forward recomputed, where the forward did not save its
@@ -60,7 +62,21 @@ def _has_scores(w: Node, keys: str) -> bool:
     return any(_is_score(n, keys) for n in nodes) and any(_is_softmax(n) for n in nodes)
 
 
+def _saved_lse_logits(n: Node) -> Node | None:
+    """x where n = exp(x - lse), lse an input over all of x's axes but one (the forward's
+    saved log-sum-exp); None otherwise."""
+    if n.op != "exp" or _skip(n.inputs[0]).op != "sub":
+        return None
+    x, lse = (_skip(i) for i in _skip(n.inputs[0]).inputs)
+    if lse.op != "input" or not set(lse.axes) < set(x.axes) or \
+            len(lse.axes) != len(x.axes) - 1:
+        return None
+    return x
+
+
 def _is_softmax(n: Node) -> bool:
+    if _saved_lse_logits(n) is not None:
+        return True
     if n.op != "div" or _skip(n.inputs[1]).op != "sum":
         return False
     try:
@@ -141,7 +157,14 @@ class _Stager:
             if n.uid in memo:
                 return memo[n.uid]
             out = None
-            if n.op == "div" and _skip(n.inputs[1]).op == "sum":
+            saved = _saved_lse_logits(n)
+            if saved is not None:            # over the forward's log-sum-exp already
+                x = lower(saved)
+                out = n if x is saved else Node(n.op, (_node(
+                    "sub", (x, _skip(n.inputs[0]).inputs[1]), n.axes, DType.FP32),), n.axes,
+                    n.dtype, n.attrs, n.loc)
+                self.softmax.append(out)
+            elif n.op == "div" and _skip(n.inputs[1]).op == "sum":
                 axis = _skip(n.inputs[1]).attr("axis")
                 try:
                     logits = softmax_logits(n, axis)

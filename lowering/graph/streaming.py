@@ -54,9 +54,14 @@ class Stream:
     keys: str                  # T, the streamed axis
     depth: str                 # D, contracted by the first product
     cols: str                  # E, the value columns
+    # (output name, node) of the softmax's log-sum-exp, written beside the output when the
+    # forward saves it for the backward (`autodiff/saving.py`'s "lse")
+    saved_lse: tuple[str, Node] | None = None
 
     def text(self) -> str:
         batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
+        if self.saved_lse is not None:
+            batch += f", writing its log-sum-exp to {self.saved_lse[0]}"
         if self.v is None:
             return (f"stream {self.keys}: log-sum-exp over {self.keys} of "
                     f"{self.q.attr('name')}.{self.k.attr('name')} (over {self.depth}), rows "
@@ -139,6 +144,31 @@ def softmax_logits(p: Node, keys: str) -> Node:
     if not (_is(shift, "max", keys) and _skip(shift.inputs[0]) is logits):
         raise NotStreamable(f"the exponent is not x - max(x, over={keys})")
     return logits
+
+
+def logsumexp_logits(out: Node) -> tuple[Node, str]:
+    """(x, axis) where out = log(sum(exp(x - m), over=axis)) + m behind float casts, m the
+    max of x over that axis (through stop_gradient); NotStreamable otherwise."""
+    n = _skip(out)
+    while n.op == "cast" and n.inputs[0].dtype.is_float:
+        n = _skip(n.inputs[0])
+    if n.op == "add":
+        for lg, m in (n.inputs, n.inputs[::-1]):
+            lg, m = _skip(lg), _skip(m)
+            if m.op == "stop_gradient":
+                m = _skip(m.inputs[0])
+            if lg.op != "log" or not _is(m, "max"):
+                continue
+            z = _skip(lg.inputs[0])
+            axis = m.attr("axis")
+            e = _skip(z.inputs[0]) if _is(z, "sum", axis) else None
+            if e is not None and e.op == "exp" and _skip(e.inputs[0]).op == "sub":
+                x, shift = (_skip(i) for i in _skip(e.inputs[0]).inputs)
+                if shift.op == "stop_gradient":
+                    shift = _skip(shift.inputs[0])
+                if shift is m and _skip(m.inputs[0]) is x:
+                    return x, axis
+    raise NotStreamable("not a log-sum-exp")
 
 
 def find_logsumexp(out: Node, logits: Node, keys: str) -> Stream:

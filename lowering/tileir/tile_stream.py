@@ -17,6 +17,7 @@ algorithm's own ops (scale, masks on index(), soft-capping):
     alpha = exp(m - m_safe)                  l = l * alpha + rowsum(p)
     acc = dot(round(p), v_tile, acc * alpha)
     out = acc / l after the loop, 0 for a row whose keys are all masked (l = 0)
+    lse = m + log(l), when the forward saves it for the backward (+inf where l = 0)
 
 A row whose keys are all masked gives 0 (as the flash kernels of torch's SDPA do), not
 the NaN that exp(-inf - -inf) gives the unstreamed softmax.
@@ -93,22 +94,30 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     one = b.emit("const", (), (), f32, value=1.0)
     inv = b.emit("recip", (b.emit("where", (none, one, l_end), rows, f32),), rows, f32)
     out = b.emit("mul", (acc_end, inv), out_axes, f32)
-    return finish_program(b, plan, buffers, _finish(b, st, out, out_axes))
+    stored = (_finish(b, st, out, out_axes),)
+    if st.saved_lse is not None:
+        m_end = b.emit("result", (), rows, f32, loop=loop, index=0)
+        stored += (_logsumexp(b, m_end, l_end, rows),)
+    return finish_program(b, plan, buffers, *stored)
 
 
 def _logsumexp_end(b: _Builder, plan: KernelPlan, buffers: dict, loop: int, m_new: int,
                    l_new: int, rows) -> TileProgram:
-    """The statistics kernel's end: lse = m + log(l), stored; +inf for a row whose keys
-    are all masked (l = 0), so that exp(x - lse) weighs each of them 0, not NaN."""
+    """The statistics kernel's end: the log-sum-exp stored."""
+    b.emit("yield", (m_new, l_new), (), DType.FP32, loop=loop)
+    m_end = b.emit("result", (), rows, DType.FP32, loop=loop, index=0)
+    l_end = b.emit("result", (), rows, DType.FP32, loop=loop, index=1)
+    return finish_program(b, plan, buffers, _logsumexp(b, m_end, l_end, rows))
+
+
+def _logsumexp(b: _Builder, m_end: int, l_end: int, rows) -> int:
+    """lse = m + log(l) after the loop; +inf for a row whose keys are all masked (l = 0),
+    so that the backward's exp(x - lse) weighs each of them 0, not NaN."""
     f32 = DType.FP32
-    b.emit("yield", (m_new, l_new), (), f32, loop=loop)
-    m_end = b.emit("result", (), rows, f32, loop=loop, index=0)
-    l_end = b.emit("result", (), rows, f32, loop=loop, index=1)
     none = b.emit("eq", (l_end, b.emit("const", (), (), f32, value=0.0)), rows, DType.BOOL)
     lse = b.emit("add", (b.emit("log", (l_end,), rows, f32), m_end), rows, f32)
-    lse = b.emit("where", (none, b.emit("const", (), (), f32, value=float("inf")), lse),
-                 rows, f32)
-    return finish_program(b, plan, buffers, lse)
+    return b.emit("where", (none, b.emit("const", (), (), f32, value=float("inf")), lse),
+                  rows, f32)
 
 
 def finish_program(b: _Builder, plan: KernelPlan, buffers: dict, *values: int) -> TileProgram:

@@ -86,3 +86,35 @@ def test_plait_is_checked_against_sdpa_on_the_cpu_executor(w):
     assert bench.check(out, ref) < 1.6e-2
     with pytest.raises(AssertionError):
         bench.check(torch.zeros_like(ref), ref)
+
+
+def _load_backward():
+    """bench/attention_backward.py, whose `import attention` must find bench/attention.py
+    (examples/attention.py may already be imported under that name)."""
+    import sys
+    kept = sys.modules.get("attention")
+    sys.modules["attention"] = bench
+    try:
+        return _load("attention_backward")
+    finally:
+        if kept is not None:
+            sys.modules["attention"] = kept
+        else:
+            del sys.modules["attention"]
+
+
+@pytest.mark.parametrize("save", [("out", "lse"), ("out",)])
+@pytest.mark.parametrize("w", [bench.Workload(1, 2, 37, 53, 24, True),
+                               bench.Workload(1, 4, 37, 53, 24, False, R=2)], ids=["MHA", "GQA"])
+def test_backward_contender_is_checked_against_sdpa_on_the_cpu_executor(w, save):
+    """The backward bench's path: plait's forward saving out (and lse), the derived
+    backward reading them, checked against SDPA's autograd backward."""
+    backward = _load_backward()
+    q, k, v = bench.make_inputs(w, device="cpu")
+    dout = torch.randn_like(q)
+    got = backward.plait_contender(q, k, v, dout, w, save)()
+    want = backward.peer("math", q, k, v, dout, w)()
+    assert [g.shape for g in got] == [r.shape for r in want]
+    assert backward.check(got, want) < 2e-2
+    with pytest.raises(AssertionError):
+        backward.check([torch.zeros_like(r) for r in want], want)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lowering"))
 import plait  # noqa: E402
-from plait.autodiff import grad, to_torch  # noqa: E402
+from plait.autodiff import forward_with_saved, grad, to_torch  # noqa: E402
 from test_streaming import CASES, _extra, _shapes, grouped, grouped_causal  # noqa: E402
 from test_streaming_backward import (GROUPED, NOT_GROUPED, grouped_reference_grads,  # noqa: E402
                                      late, reference_grads)
@@ -60,7 +60,16 @@ def test_rows_past_the_end_add_nothing_to_dq():
                    torch.bfloat16, "accumulated", offset=4.0)
 
 
-def check_backward(algo, sizes, dtype, dq, offset=0.0):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("algo,sizes", NOT_GROUPED + BIGGER + GROUPED_BIGGER,
+                         ids=lambda c: getattr(c, "name", None) or str(c.get("S", "")))
+def test_backward_over_the_forward_log_sum_exp_on_the_gpu(algo, sizes, dtype):
+    """The streamed forward writes lse beside out; the backward reads both (no
+    log-sum-exp kernel), checked against the float64 gradients."""
+    check_backward(algo, sizes, dtype, "own loop", save=("out", "lse"))
+
+
+def check_backward(algo, sizes, dtype, dq, offset=0.0, save=("out",)):
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(*shape, generator=gen, device="cuda") * (0.1 if offset else 1)
                for shape in _shapes(sizes).values())
@@ -73,12 +82,14 @@ def check_backward(algo, sizes, dtype, dq, offset=0.0):
         ref, out = grouped_reference_grads(algo.name, *arrays, scale)
     else:
         ref, out = reference_grads(algo.name, *arrays, scale, extra=extra)
-    bwd = grad(algo, wrt=["q", "k", "v"], save=("out",))
+    bwd = grad(algo, wrt=["q", "k", "v"], save=save)
     extra_t = {n: torch.from_numpy(a).cuda() for n, a in extra.items()}
-    # out in the forward's dtype (the documents' fp32 bias promotes it to fp32).
-    out_dtype = torch.float32 if extra else dtype
-    got = plait.run(bwd, q, k, v, **extra_t, scale=scale, dout=dout,
-                    out=torch.from_numpy(out).cuda().to(out_dtype),
+    if "lse" in save:       # what plait's own forward saved, as a training step feeds it
+        saved = plait.run(forward_with_saved(algo, save), q, k, v, **extra_t, scale=scale)
+        assert saved["lse"].dtype == torch.float32
+    else:   # out in the forward's dtype (the documents' fp32 bias promotes it to fp32)
+        saved = {"out": torch.from_numpy(out).cuda().to(torch.float32 if extra else dtype)}
+    got = plait.run(bwd, q, k, v, **extra_t, scale=scale, dout=dout, **saved,
                     schedule=_accumulated(bwd) if dq == "accumulated" else None)
     step = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
     for name, want in ref.items():
@@ -111,11 +122,12 @@ def test_grouped_training_through_the_bridge_matches_sdpa():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_training_through_the_bridge_matches_sdpa(causal):
-    """to_torch keeps the forward's output for the backward (its row term reads it)."""
+    """to_torch keeps the forward's output for the backward (its row term reads it) and
+    the softmax's log-sum-exp (the streamed forward writes it)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from attention import attention, causal_attention
     fn = to_torch(causal_attention if causal else attention)
-    assert fn.saved == ("out",)
+    assert fn.saved == ("out", "lse")
     gen = torch.Generator(device="cuda").manual_seed(1)
     leaves = [torch.randn(2, 4, 333, 64, generator=gen, device="cuda", dtype=torch.bfloat16)
               .requires_grad_() for _ in range(3)]
