@@ -7,7 +7,7 @@
 # examples at odd shapes; bench: bench/matmul.py's unaligned, small and default sets;
 # host: bench/host_overhead.py; hostfast: the same and the runtime's GPU tests with
 # PLAIT_CTYPES_LAUNCH=1; streamtests: the streamed attention tests, forward and backward;
-# backward: bench/attention_backward.py; breakdown: bench/host_breakdown.py; backend: bench/torch_backend.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
+# backward: bench/attention_backward.py; masks: bench/attention_masks.py (doctests: its GPU test); breakdown: bench/host_breakdown.py; backend: bench/torch_backend.py; compile: bench/compile_time.py. Logs and tables go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -37,6 +37,8 @@ for stage in ${STAGES:-shape tier memcheck}; do
     attention) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention.py ${ATTN_ARGS:-} --out "$OUT/attention.md" 2>&1 | tee "$OUT/attention.log" | tail -20 ;;
     streamtests) timeout ${STREAM_TIMEOUT:-240} $T -m gpu tests/gpu/test_streaming_gpu.py tests/gpu/test_streaming_backward_gpu.py tests/gpu/test_attention_gpu.py 2>&1 | tee "$OUT/stream_tests.log" | tail -8 ;;
     backward) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention_backward.py ${ATTN_ARGS:-} --out "$OUT/attention_backward.md" 2>&1 | tee "$OUT/attention_backward.log" | tail -20 ;;
+    masks) timeout ${MASKS_TIMEOUT:-400} python3 bench/attention_masks.py ${MASKS_ARGS:-} --out "$OUT/attention_masks.md" 2>&1 | tee "$OUT/attention_masks.log" | grep -v "^  " | tail -30 ;;
+    doctests) timeout 120 $T -m gpu tests/gpu/test_attention_gpu.py -k document 2>&1 | tee "$OUT/doc_tests.log" | tail -4 ;;
     compile) timeout 90 python3 bench/compile_time.py 2>&1 | tee "$OUT/compile.log" | tail -6 ;;
   esac
 done

@@ -65,3 +65,14 @@ def causal_grouped_query_attention(q: Tensor["B", "G", "R", "S", "D"],
     s = sum(q * k, over="D") * scale
     s = where(index("T") <= index("S"), s, NEG_INF)
     return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def document_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                       v: Tensor["B", "H", "T", "D"], doc_q: Tensor["B", "S"],
+                       doc_k: Tensor["B", "T"], scale: float = 0.125):
+    """Packed sequences: causal, and a query sees only the keys of its own document
+    (int32 document ids per token; for self-attention doc_q and doc_k are one tensor)."""
+    s = sum(q * k, over="D") * scale
+    s = where(logical_and(index("T") <= index("S"), doc_q == doc_k), s, NEG_INF)
+    return sum(softmax(s, over="T") * v, over="T")

@@ -5,12 +5,14 @@ schedule's kernels, run by the CPU executor, give the reference."""
 import numpy as np
 import pytest
 from attention import (attention, causal_attention, causal_grouped_query_attention,
-                       grouped_query_attention, sliding_window_attention, softcap_attention)
+                       document_attention, grouped_query_attention, sliding_window_attention,
+                       softcap_attention)
 from examples_catalog import ATTENTION, load, random_inputs
 from golden import check_golden
 
 from plait.dsl import DType, Tensor, algorithm, evaluate, index, softmax, sum, where
-from plait.lowering.pipeline import emulate
+from plait.lowering.pipeline import emulate, lower
+from plait.lowering.stream.plan import StreamKernel
 
 B, H, S, T, D = 1, 2, 37, 53, 24
 
@@ -187,3 +189,50 @@ def test_grouped_default_schedule_matches_reference(algo):
     ref = evaluate(graph, inputs)["out"]
     assert not np.isnan(out).any(), "an output element was never written (NaN poison)"
     assert np.abs(out - ref).max() / np.abs(ref).max() < TOL[DType.BF16]
+
+
+# ---- packed sequences: document ids per token, causal within each document
+
+def _document_ids(rng, n, documents):
+    """Sorted ids of `documents` documents of unequal, random lengths over n tokens."""
+    cuts = np.sort(rng.choice(np.arange(1, n), documents - 1, replace=False))
+    return np.repeat(np.arange(documents), np.diff(np.concatenate([[0], cuts, [n]])))[None]
+
+
+def _document_keep(doc_q, doc_k):
+    return _keep(doc_q.shape[-1], doc_k.shape[-1]) & (doc_q[0][:, None] == doc_k[0][None, :])
+
+
+@pytest.mark.parametrize("documents", [1, 3, 7])
+def test_document_attention(documents):
+    x = _inputs(11, S, S)
+    rng = np.random.default_rng(documents)
+    ids = _document_ids(rng, S, documents).astype(np.int32)
+    out = _run(document_attention, {**x, "doc_q": ids, "doc_k": ids})
+    ref = _numpy_attention(x["q"], x["k"], x["v"], 0.125, _document_keep(ids, ids))
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    if documents == 1:
+        np.testing.assert_allclose(out, _run(causal_attention, x), atol=1e-14)
+    starts = np.flatnonzero(np.diff(ids[0], prepend=-1))    # each document's first token
+    np.testing.assert_allclose(out[:, :, starts], x["v"][:, :, starts], atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype,tol", [(DType.BF16, 1e-2), (DType.FP16, 2e-3)])
+def test_document_attention_streams_and_matches_the_reference(dtype, tol):
+    """One streamed kernel (mma.sync: 16-bit operands) at an odd shape (S = T = 83:
+    neither a multiple of the rows nor of the keys per step), run by the CPU executor
+    against the reference."""
+    sizes = {"B": 1, "H": 2, "S": 83, "T": 83, "D": 24}
+    rng = np.random.default_rng(12)
+    x = {n: rng.standard_normal((1, 2, 83, 24)).astype(np.float32).astype(dtype.numpy)
+         for n in "qkv"}
+    ids = _document_ids(rng, 83, 4).astype(np.int32)
+    inputs = {**x, "doc_q": ids, "doc_k": ids}
+    graph = document_attention.graph({**{n: dtype for n in "qkv"}, "doc_q": "int32",
+                                      "doc_k": "int32"})
+    low = lower(graph, None, sizes, True, "sm_90a")
+    assert [type(t) for t in low.threads] == [StreamKernel], low.kernel_graph.text()
+    out = np.asarray(emulate(graph, None, sizes, inputs, {}, "sm_90a")["out"], np.float64)
+    ref = evaluate(graph, inputs)["out"]
+    assert not np.isnan(out).any()
+    assert np.abs(out - ref).max() / np.abs(ref).max() < tol

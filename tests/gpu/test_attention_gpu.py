@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-from attention import (attention, causal_attention, sliding_window_attention,  # noqa: E402
-                       softcap_attention)
+from attention import (attention, causal_attention, document_attention,  # noqa: E402
+                       sliding_window_attention, softcap_attention)
 
 import plait  # noqa: E402
 
@@ -96,6 +96,35 @@ def test_attention_matches_sdpa(name, shape, dtype):
 ], ids=lambda v: ",".join(f"{k}={x:g}" for k, x in v.items()) if isinstance(v, dict) else v)
 def test_scalars_reach_the_kernel(name, scalars, dtype):
     _check(name, (1, 2, 1000, 1337, 96), dtype, scalars)
+
+
+def _document_ids(B, S, documents, seed):
+    """[B, S] int32, sorted: `documents` documents of random lengths per row."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = [torch.randperm(S - 1, generator=gen)[:documents - 1].sort().values + 1
+            for _ in range(B)]
+    return torch.stack([torch.bucketize(torch.arange(S), cuts, right=True) for cuts in rows]
+                       ).to(device="cuda", dtype=torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("B,S,D,documents", [(2, 1000, 96, 5), (1, 777, 128, 1), (1, 1337, 64, 40)])
+def test_document_attention_matches_sdpa_with_the_mask(B, S, D, documents, dtype):
+    """Packed sequences: causal within each document, against SDPA given the [B, 1, S, S]
+    boolean mask (one document: plain causal attention)."""
+    q, k, v = _inputs(B, 2, S, S, D, dtype, seed=S + documents)
+    ids = _document_ids(B, S, documents, seed=documents)
+    out = plait.run(document_attention, q, k, v, ids, ids)
+    pos = torch.arange(S, device="cuda")
+    keep = (pos[None, :] <= pos[:, None]) & (ids[:, None, :, None] == ids[:, None, None, :])
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep,
+                                             scale=0.125)
+    peer = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=0.125)
+    torch.testing.assert_close(out.float(), ref, atol=TOL[dtype], rtol=TOL[dtype])
+    err, peer_err = ((x.float() - ref).abs().max().item() for x in (out, peer))
+    assert err <= PEER_FACTOR * peer_err + 1e-4, f"max error {err:.3g}, torch's {peer_err:.3g}"
 
 
 def test_first_causal_query_sees_one_key():

@@ -1,0 +1,344 @@
+"""plait's masked and soft-capped attention vs FlexAttention, forward and backward, bf16.
+
+    python bench/attention_masks.py [--quick] [--long] [--repeat N] [--out FILE.md]
+
+Workloads (B4 H16 S = T 4096, with --long also B1 H16 16384; D 64 and 128, scale 1/sqrt(D)), each an
+algorithm of examples/attention.py written as math:
+- window: `sliding_window_attention`, causal with a window of 1024 keys;
+- documents: `document_attention`, causal within documents packed along S (8 documents
+  per sequence, random lengths, sorted int32 ids per token);
+- softcap: `softcap_attention`, cap 30 on the scaled scores, no mask.
+The peer is torch's FlexAttention (`flex_attention` under torch.compile), given the same
+mask as a mask_mod with its BlockMask (so it skips the blocks the mask empties) or the
+cap as a score_mod. plait skips the tiles a position mask empties (window, and the causal
+half of documents) but not tiles a document boundary empties: its mask reads the ids
+per element.
+
+TFLOP/s counts unmasked work only: 4·H·D per kept (query, key) pair forward, 2.5 times
+that backward (DESIGN.md). The forward is timed as CUDA-graph replays, plait through one
+plait.compile handle; the backward as called (do_bench medians), plait's the derived
+`grad(..., save=("out", "lse"))` over what plait's forward saved, FlexAttention's
+`torch.autograd.grad` of a retained graph. Before timing, both contenders' outputs (and
+gradients) are checked against a float32 dense reference (the scores in memory) with
+bf16 tolerances relative to each tensor's scale. A contender that fails gets '-' and a
+numbered note, and the run goes on.
+
+Workloads and pair counts are plain data: tests/bench checks them without CUDA.
+"""
+
+import argparse
+import datetime
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import attention as forward_bench  # noqa: E402  (bench/attention.py: loading, checks)
+
+KINDS = ("window", "documents", "softcap")
+EXAMPLES = {"window": "sliding_window_attention", "documents": "document_attention",
+            "softcap": "softcap_attention"}
+CONTENDERS = ("plait", "flex")
+
+
+@dataclass(frozen=True)
+class MaskWorkload:
+    kind: str
+    B: int
+    H: int
+    S: int
+    D: int
+    backward: bool = False
+    window: int = 1024          # keys a query sees, its own included (window)
+    documents: int = 8          # documents per sequence (documents)
+    cap: float = 30.0           # softcap
+
+    @property
+    def name(self) -> str:
+        what = {"window": f"window {self.window}", "documents": f"{self.documents} documents",
+                "softcap": f"softcap {self.cap:g}"}[self.kind]
+        return f"bf16 B{self.B} H{self.H} S{self.S} D{self.D} {what}" + \
+            (" bwd" if self.backward else "")
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.D)
+
+
+def workloads(quick: bool = False, long: bool = False) -> list[MaskWorkload]:
+    sizes = ((4, 16, 4096),) + (((1, 16, 16384),) if long else ())
+    dims = (128,) if quick else (64, 128)
+    return [MaskWorkload(kind, B, H, S, D, backward) for backward in (False, True)
+            for D in dims for B, H, S in sizes for kind in KINDS]
+
+
+def document_ids(w: MaskWorkload, device="cuda", seed=0) -> torch.Tensor:
+    """[B, S] int32: w.documents documents per row, cut at distinct random positions."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(w.B):
+        cuts = torch.randperm(w.S - 1, generator=gen)[:w.documents - 1].sort().values + 1
+        lengths = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([w.S])]))
+        rows.append(torch.repeat_interleave(torch.arange(w.documents), lengths))
+    return torch.stack(rows).to(device=device, dtype=torch.int32)
+
+
+def kept_pairs(w: MaskWorkload, ids: torch.Tensor | None = None) -> int:
+    """(query, key) pairs the mask keeps, over the whole batch."""
+    if w.kind == "softcap":
+        return w.B * w.S * w.S
+    if w.kind == "window":     # query s keeps keys s-window+1 .. s
+        full = max(w.S - w.window, 0)
+        ramp = min(w.S, w.window)
+        return w.B * (ramp * (ramp + 1) // 2 + full * w.window)
+    lengths = torch.stack([torch.bincount(row.long().cpu(), minlength=w.documents)
+                           for row in ids])
+    return int((lengths * (lengths + 1) // 2).sum())
+
+
+def flops(w: MaskWorkload, ids=None) -> float:
+    forward = 4 * w.H * w.D * kept_pairs(w, ids)
+    return 2.5 * forward if w.backward else forward
+
+
+def keep_mask(w: MaskWorkload, ids, device) -> torch.Tensor | None:
+    """[B, 1, S, S] bool of the kept pairs (None: every pair), for the dense reference."""
+    if w.kind == "softcap":
+        return None
+    s = torch.arange(w.S, device=device)
+    keep = s[None, :] <= s[:, None]
+    if w.kind == "window":
+        keep = keep & (s[:, None] - s[None, :] < w.window)
+        return keep[None, None]
+    return keep[None, None] & (ids[:, None, :, None] == ids[:, None, None, :])
+
+
+def dense_reference(w: MaskWorkload, q, k, v, ids):
+    """float32 attention with the scores in memory: what both contenders must give."""
+    q, k, v = (t.float() for t in (q, k, v))
+    s = torch.matmul(q, k.transpose(-1, -2)) * w.scale
+    if w.kind == "softcap":
+        s = w.cap * torch.tanh(s / w.cap)
+    keep = keep_mask(w, ids, q.device)
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def _head_chunks(w: MaskWorkload):
+    """Slices of the heads whose dense fp32 scores stay near 1 GiB (S16384: one head)."""
+    per = max(1, 2**28 // (w.B * w.S * w.S))
+    return [slice(h, min(h + per, w.H)) for h in range(0, w.H, per)]
+
+
+def reference(w: MaskWorkload, q, k, v, ids, dout=None):
+    """The dense reference's output, or with dout its (dq, dk, dv), a few heads at a time."""
+    parts = []
+    for h in _head_chunks(w):
+        if dout is None:
+            parts.append((dense_reference(w, q[:, h], k[:, h], v[:, h], ids),))
+            continue
+        qh, kh, vh = (t[:, h].detach().float().requires_grad_() for t in (q, k, v))
+        out = dense_reference(w, qh, kh, vh, ids)
+        parts.append(torch.autograd.grad(out, (qh, kh, vh), dout[:, h].float()))
+    got = tuple(torch.cat(ts, dim=1) for ts in zip(*parts))
+    return got[0] if dout is None else got
+
+
+def _scalars(w: MaskWorkload) -> dict:
+    extra = {"window": {"window": w.window}, "softcap": {"cap": w.cap}}.get(w.kind, {})
+    return {"scale": w.scale, **extra}
+
+
+def _extra_inputs(w: MaskWorkload, ids) -> tuple:
+    return (ids, ids) if w.kind == "documents" else ()
+
+
+def plait_forward(w: MaskWorkload, q, k, v, ids):
+    import plait
+    algo = forward_bench.load_example(EXAMPLES[w.kind])
+    args = (q, k, v, *_extra_inputs(w, ids))
+    handle = plait.compile(algo, like=args, **_scalars(w))
+    return lambda: handle(*args)
+
+
+def plait_backward(w: MaskWorkload, q, k, v, ids, dout):
+    import plait
+    from plait.autodiff import forward_with_saved, grad
+    save = ("out", "lse")
+    algo = forward_bench.load_example(EXAMPLES[w.kind])
+    args = (q, k, v, *_extra_inputs(w, ids))
+    saved = plait.compile(forward_with_saved(algo, save), like=args, **_scalars(w))(*args)
+    bwd = grad(algo, wrt=["q", "k", "v"], save=save)
+    handle = plait.compile(bwd, like=(*args, dout, *(saved[n] for n in save)), **_scalars(w))
+
+    def run():
+        grads = handle(*args, dout=dout, **{n: saved[n] for n in save})
+        return grads["dq"], grads["dk"], grads["dv"]
+    return run
+
+
+def _flex_mods(w: MaskWorkload, ids):
+    """(score_mod, mask_mod) for flex_attention."""
+    if w.kind == "softcap":
+        return (lambda score, b, h, qi, ki: w.cap * torch.tanh(score / w.cap)), None
+    if w.kind == "window":
+        return None, lambda b, h, qi, ki: (ki <= qi) & (qi - ki < w.window)
+    return None, lambda b, h, qi, ki: (ki <= qi) & (ids[b, qi] == ids[b, ki])
+
+
+def flex_call(w: MaskWorkload, ids, device="cuda"):
+    """A function of (q, k, v) running the compiled flex_attention with the workload's
+    mods (its BlockMask built once, as a training loop would)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    compiled = torch.compile(flex_attention, dynamic=False)
+    score_mod, mask_mod = _flex_mods(w, ids)
+    block_mask = None if mask_mod is None else create_block_mask(
+        mask_mod, w.B if w.kind == "documents" else None, None, w.S, w.S, device=device)
+    return lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                    scale=w.scale)
+
+
+def flex_forward(w, q, k, v, ids):
+    call = flex_call(w, ids, q.device)
+    return lambda: call(q, k, v)
+
+
+def flex_backward(w, q, k, v, ids, dout):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flex_call(w, ids, q.device)(q, k, v)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def check(got, want) -> float:
+    """Each tensor within bf16 tolerances relative to its scale; the worst relative error."""
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    worst = 0.0
+    for g, r in zip(got, want, strict=True):
+        g, r = g.float(), r.float()
+        top = r.abs().max().item()
+        torch.testing.assert_close(g, r, rtol=2e-2, atol=2e-2 * top)
+        worst = max(worst, (g - r).abs().max().item() / top)
+    return worst
+
+
+@dataclass
+class Row:
+    workload: MaskWorkload
+    tflops: dict
+    ratios: list
+    mib: dict
+    notes: list
+
+
+def measure(w: MaskWorkload, repeat: int) -> Row:
+    from timing import both, median_ms
+    q, k, v = forward_bench.make_inputs(forward_bench.Workload(w.B, w.H, w.S, w.S, w.D, False))
+    ids = document_ids(w) if w.kind == "documents" else None
+    dout = torch.randn_like(q)
+    fns, notes, mib = {}, [], {}
+    for who in CONTENDERS:
+        start = time.perf_counter()
+        try:
+            if w.backward:
+                fn = (plait_backward if who == "plait" else flex_backward)(w, q, k, v, ids, dout)
+            else:
+                fn = (plait_forward if who == "plait" else flex_forward)(w, q, k, v, ids)
+            fn()
+            torch.cuda.synchronize()
+            fns[who] = fn
+            print(f"  {w.name:44s} {who:5s} ready in {time.perf_counter() - start:.1f} s",
+                  flush=True)
+        except Exception as exc:        # noqa: BLE001 - a failing contender is a row note
+            print(f"  {w.name:44s} {who:5s} failed: {type(exc).__name__}: {exc}", flush=True)
+            notes.append(f"{who}: {forward_bench._failure(exc)}")
+            torch.cuda.empty_cache()
+    for who, fn in fns.items():
+        mib[who] = forward_bench.peak_mib(fn)
+    ref = reference(w, q, k, v, ids, dout if w.backward else None)
+    for who in list(fns):
+        try:
+            err = check(fns[who](), ref)
+            print(f"  {w.name:44s} {who:5s} matches the dense reference: max rel err "
+                  f"{err:.2e}", flush=True)
+        except AssertionError as exc:
+            notes.append(f"{who}: wrong answer: " + " ".join(str(exc).split())[:300])
+            del fns[who]
+    del ref
+    torch.cuda.empty_cache()
+    work = flops(w, ids)
+    runs = []
+    for _ in range(repeat):
+        tf = {}
+        for who, fn in fns.items():
+            ms = median_ms(fn) if w.backward else both(fn)[1]
+            tf[who] = work / ms / 1e9
+            print(f"  {w.name:44s} {who:5s} {ms:.4f} ms {tf[who]:.0f} TFLOP/s  "
+                  f"peak {mib[who]:.0f} MiB", flush=True)
+        runs.append(tf)
+    for note in notes:
+        print(f"  {w.name:44s} {note}", flush=True)
+    tflops = {who: statistics.median(r[who] for r in runs) for who in fns}
+    ratios = [r["plait"] / r["flex"] for r in runs] if len(fns) == 2 else []
+    return Row(w, tflops, ratios, mib, notes)
+
+
+HEADER = ("| workload | plait TFLOP/s | flex | plait / flex | spread of plait / flex "
+          "| peak MiB plait / flex |")
+
+
+def table(rows: list[Row], stamp: str) -> str:
+    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    notes = []
+
+    def fig(d, who):
+        return f"{d[who]:.0f}" if who in d else "-"
+    for row in rows:
+        name = row.workload.name
+        for note in row.notes:
+            notes.append(note)
+            name += f" [{len(notes)}]"
+        ratio = f"{statistics.median(row.ratios):.2f}" if row.ratios else "-"
+        spread = f"{min(row.ratios):.2f}-{max(row.ratios):.2f}" if row.ratios else "-"
+        mem = " / ".join(fig(row.mib, who) for who in CONTENDERS)
+        lines.append(f"| {name} | {fig(row.tflops, 'plait')} | {fig(row.tflops, 'flex')} | "
+                     f"{ratio} | {spread} | {mem} |")
+    text = stamp + "\n\n" + "\n".join(lines)
+    if notes:
+        text += "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1))
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--long", action="store_true", help="S16384 at B1 as well")
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    import triton
+    stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "
+             f"{torch.__version__} · triton {triton.__version__} · bf16 · forward: CUDA graph "
+             f"replay medians, backward: call medians (do_bench), {args.repeat} repeat(s)")
+    rows = []
+    for w in workloads(args.quick, args.long):
+        rows.append(measure(w, args.repeat))
+        torch.cuda.empty_cache()
+        if args.out:                # after each row: a run cut short keeps its table
+            with open(args.out, "w") as fh:
+                fh.write(table(rows, stamp) + "\n")
+    print(table(rows, stamp))
+    if args.out:
+        from chart import chart_if_possible
+        chart_if_possible(args.out)
+
+
+if __name__ == "__main__":
+    main()
