@@ -197,6 +197,9 @@ def flex_call(w: MaskWorkload, ids, device="cuda"):
     """A function of (q, k, v) running the compiled flex_attention with the workload's
     mods (its BlockMask built once, as a training loop would)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    # A fresh compile per workload: past dynamo's recompile limit (8 here) flex_attention
+    # silently runs unfused, with the scores in memory (27 GB, 3-21 TFLOP/s, first run).
+    torch._dynamo.reset()
     compiled = torch.compile(flex_attention, dynamic=False)
     score_mod, mask_mod = _flex_mods(w, ids)
     block_mask = None if mask_mod is None else create_block_mask(

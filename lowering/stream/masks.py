@@ -1,16 +1,20 @@
-"""Which key tiles a position mask leaves whole, or empty: interval arithmetic in LLVM.
+"""Which key tiles a mask leaves whole, or empty: interval arithmetic in LLVM.
 
 A streamed program's logits may end in where(cond, s, -inf) with cond a function of
-positions (`mask=index`, tile_stream.py): causal, sliding window, prefix. Over one tile
-(rows lo..hi, keys lo..hi) each position is an interval, and so is every integer op of
-cond; a comparison of two intervals is true throughout, false throughout, or neither.
-The kernel then skips a tile where cond is false throughout (nothing is loaded or
-computed: every score would be -inf) and drops the mask's arithmetic where it is true
-throughout. Ops the arithmetic does not know give "neither", which is always safe.
+positions and of integer inputs along one position axis (`mask=index`, tile_stream.py):
+causal, sliding window, prefix, document ids per token. Over one tile (rows lo..hi, keys
+lo..hi) each position is an interval, an input is the interval from its least to its
+greatest element over the tile's span, and so is every integer op of cond; a comparison
+of two intervals is true throughout, false throughout, or neither. The kernel then skips
+a tile where cond is false throughout (nothing is loaded or computed: every score would
+be -inf) and drops the mask's arithmetic where it is true throughout. Ops the arithmetic
+does not know give "neither", which is always safe.
 """
 from __future__ import annotations
 
 from llvmlite import ir
+
+from plait.dsl.dtypes import DType
 
 from ..nvptx import ops as L
 
@@ -25,9 +29,11 @@ class TileMask:
         self.k = emitter
         self.ops = ops
 
-    def status(self, cond_id: int, box: dict) -> tuple:
-        """(i1 true throughout the tile, i1 false throughout)."""
-        self.box, self.memo = box, {}
+    def status(self, cond_id: int, box: dict, counts: dict) -> tuple:
+        """(i1 true throughout the tile, i1 false throughout). `counts` gives each box
+        axis's span as a Python int (hi - lo + 1), what an input's interval loops over.
+        Every lane of each warp must call this: an input's interval is a warp reduction."""
+        self.box, self.counts, self.memo = box, counts, {}
         got = self._eval(cond_id)
         return (got[1], got[2]) if got is not None and got[0] == "bool" else (_FALSE, _FALSE)
 
@@ -44,6 +50,8 @@ class TileMask:
                 return ("num", *self.box[axis])
             index = self.k.batch_index().get(axis)
             return None if index is None else ("num", index, index)
+        if kind == "load":
+            return self._input_interval(op)
         if kind in ("const", "param", "size"):
             value = self.k._elementwise(op, [], (None, None))
             return ("num", value, value) if value.type != L.I1 else \
@@ -102,3 +110,44 @@ class TileMask:
         apart = b.or_(cmp("lt", ahi, clo), cmp("gt", alo, chi))
         point = b.and_(b.and_(cmp("eq", alo, ahi), cmp("eq", clo, chi)), cmp("eq", alo, clo))
         return ("bool", point, apart) if kind == "eq" else ("bool", apart, point)
+
+    def _input_interval(self, op):
+        """("num", least, greatest) of an int32 input over the box: its element where it
+        lies along no box axis, else the least and greatest element the box's span covers
+        (positions past the end of the axis left out), each lane reading every 32nd and
+        the warp reducing them; None for any other input."""
+        k, b = self.k, self.k.b
+        spans = [a for a in op.axes if a in self.box]
+        if op.dtype != DType.INT32 or len(spans) > 1:
+            return None
+        at = {}
+        for axis in op.axes:
+            if axis not in self.box:
+                at[axis] = k.batch_index().get(axis)
+                if at[axis] is None:
+                    return None             # a folded axis: the loop's, not the block's
+        buffer = op.attr("buffer")
+        if not spans:
+            value = k.element(buffer, at)
+            return ("num", value, value)
+        (axis,) = spans
+        lo, hi = self.box[axis]
+        last = b.sub(k.size(axis), L.i32(1))
+        hi = b.select(b.icmp_signed("<", last, hi), last, hi)
+        least, most = L.i32(2**31 - 1), L.i32(-2**31)
+        for r in range(-(-self.counts[axis] // 32)):
+            i = b.add(lo, b.add(k.lane, L.i32(32 * r)))
+            inside = b.icmp_signed("<=", i, hi)
+            value = k.element(buffer, {**at, axis: b.select(inside, i, lo)})
+            least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
+            most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
+        for width in (16, 8, 4, 2, 1):
+            least = L.binary(b, k.intr, "minimum", least, _butterfly(k, least, width))
+            most = L.binary(b, k.intr, "maximum", most, _butterfly(k, most, width))
+        return ("num", least, most)
+
+
+def _butterfly(k, value, width: int):
+    """The value of the lane `width` apart (shfl.sync.bfly over the full warp)."""
+    return k.intr.call(k.b, "llvm.nvvm.shfl.sync.bfly.i32", L.I32,
+                       [L.i32(0xFFFFFFFF), value, L.i32(width), L.i32(31)])

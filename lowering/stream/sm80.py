@@ -259,7 +259,8 @@ class _Emitter(KernelEmitter):
             return inside, ir.Constant(L.I1, 0)
         box = {sk.rows_axis: (first, b.add(first, L.i32(count - 1))),
                sk.keys_axis: (key0, last)}
-        true, false = self.masks.status(self.index_mask, box)
+        true, false = self.masks.status(self.index_mask, box,
+                                        {sk.rows_axis: count, sk.keys_axis: sk.keys})
         return b.and_(inside, true), false
 
     def _branches(self, flat, whole, empty, body, yielded, carried_keys) -> list:
@@ -383,12 +384,18 @@ class _Emitter(KernelEmitter):
         clamped inside the tensor (a position past the end is computed, never used): the
         register value, or a narrow float's storage bits, which the program's `convert`
         decodes."""
-        b = self.b
         buf = self.buffers[op.attr("buffer")]
+        return self.element(buf.name, {axis: self.index_of(axis, key) for axis in buf.axes})
+
+    def element(self, name: str, at: dict):
+        """The element of input `name` at positions `at` (axis: i32), clamped inside it:
+        the register value, or a narrow float's storage bits."""
+        b = self.b
+        buf = self.buffers[name]
         offset = ir.Constant(L.I64, 0)
         for axis in buf.axes:
             size = self.size(axis)
-            i = self.index_of(axis, key)
+            i = at[axis]
             last = b.sub(size, L.i32(1))
             i = b.select(b.icmp_signed(">", i, last), last, i)
             offset = b.add(b.mul(offset, b.zext(size, L.I64)), b.zext(i, L.I64))

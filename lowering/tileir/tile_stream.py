@@ -62,7 +62,7 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
             b._load_once(n)
         else:
             b.value[n.uid] = b._lower(n)
-    _mark_index_mask(b, b.value[st.logits.uid], set(inside))
+    _mark_index_mask(b, b.value[st.logits.uid], (st.rows, st.keys))
     s_axes = st.scores.axes
     # Keys past the end are -inf: their zero-filled scores must weigh nothing.
     t_at = b.emit("iota", (), (st.keys,), DType.INT32, axis=st.keys)
@@ -132,10 +132,12 @@ def finish_program(b: _Builder, plan: KernelPlan, buffers: dict, *values: int) -
                        tuple(b.ops))
 
 
-def _mark_index_mask(b: _Builder, vid: int, scores: set) -> None:
+def _mark_index_mask(b: _Builder, vid: int, tile_axes: tuple) -> None:
     """Mark the logits' last op `mask=index` when it is where(cond, s, -inf) with cond a
-    function of positions alone (causal, sliding window, prefix): a backend may then skip
-    the key tiles where cond is false throughout, and the arithmetic where it is true."""
+    function of positions and of int32 inputs along at most one of the tile's axes (rows,
+    keys): causal, sliding window, prefix, document ids per token. A backend may then skip
+    the key tiles where cond is false throughout, and the arithmetic where it is true
+    (stream/masks.py); an input over both axes (an [S, T] mask) is not a tile's bound."""
     op = b.ops[vid]
     if op.op != "where":
         return
@@ -148,6 +150,9 @@ def _mark_index_mask(b: _Builder, vid: int, scores: set) -> None:
         if arg.id in seen:
             continue
         seen.add(arg.id)
+        if arg.op == "load" and arg.dtype == DType.INT32 and \
+                len(set(arg.axes) & set(tile_axes)) <= 1:
+            continue               # document ids and the like: bounded per tile
         if arg.op in ("dot", "load") or arg.dtype == DType.FP32 and arg.op not in (
                 "const", "param", "size", "convert"):
             return                 # depends on the scores or on float arithmetic

@@ -66,7 +66,7 @@ def build_sums_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy) 
                 b.value[n.uid] = b._lower(n)
     logits = _masked_logits(ss)
     if logits is not None:
-        _mark_index_mask(b, b.value[logits.uid], inside)
+        _mark_index_mask(b, b.value[logits.uid], (ss.rows, ss.keys))
     key_at = b.emit("iota", (), (ss.keys,), DType.INT32, axis=ss.keys)
     key_in = b.emit("lt", (key_at, b.emit("size", (), (), DType.INT32, axis=ss.keys)),
                     (ss.keys,), DType.BOOL)

@@ -239,3 +239,32 @@ def test_a_causal_mask_lets_every_backward_kernel_skip_tiles():
     for t in lower(plain, None, CASES[0][1], True, "sm_90a").threads:
         if isinstance(t, StreamKernel):
             assert "mask=index" not in t.tile.text()
+
+
+def test_document_ids_bound_the_tiles_forward_and_backward():
+    """where(doc_q == doc_k, s, -inf) reads int32 inputs along one tile axis each: every
+    streamed kernel, forward and backward, marks it `mask=index` (the GPU kernel bounds
+    the ids over a tile and skips tiles of two different documents, stream/masks.py)."""
+    algo, sizes = next(c for c in CASES if c[0].name == "documents")
+    extra = _extra(algo, sizes)
+    forward = algo.graph({**{n: DType.BF16 for n in "qkv"}, "doc_q": "int32",
+                          "doc_k": "int32", "bias": "fp32"})
+    for graph in (forward, _backward(algo, DType.BF16, extra)):
+        streamed = [t for t in lower(graph, None, sizes, True, "sm_90a").threads
+                    if isinstance(t, StreamKernel)]
+        assert streamed and all("mask=index" in t.tile.text() for t in streamed), graph.name
+
+
+def test_a_mask_over_both_tile_axes_is_no_tile_bound():
+    """An [S, T] int32 mask input has no bound per tile short of reading all of it: the
+    kernel keeps the mask arithmetic on every tile (no `mask=index`)."""
+    @algorithm
+    def pairs(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+              v: Tensor["B", "H", "T", "E"], allowed: Tensor["S", "T"]):
+        s = where(allowed == 1, sum(q * k, over="D"), float("-inf"))
+        return sum(softmax(s, over="T") * v, over="T")
+    sizes = {"B": 1, "H": 1, "S": 70, "T": 90, "D": 32, "E": 32}
+    graph = pairs.graph({**{n: DType.BF16 for n in "qkv"}, "allowed": "int32"})
+    (t,) = [t for t in lower(graph, None, sizes, True, "sm_90a").threads
+            if isinstance(t, StreamKernel)]
+    assert "mask=index" not in t.tile.text()
