@@ -1,6 +1,6 @@
 """plait's masked and soft-capped attention vs FlexAttention, forward and backward, bf16.
 
-    python bench/attention_masks.py [--quick] [--long] [--repeat N] [--out FILE.md]
+    python bench/attention_masks.py [--quick] [--long] [--kinds K,...] [--repeat N] [--out F]
 
 Workloads (B4 H16 S = T 4096, with --long also B1 H16 16384; D 64 and 128, scale 1/sqrt(D)), each an
 algorithm of examples/attention.py written as math:
@@ -71,11 +71,11 @@ class MaskWorkload:
         return 1.0 / math.sqrt(self.D)
 
 
-def workloads(quick: bool = False, long: bool = False) -> list[MaskWorkload]:
+def workloads(quick: bool = False, long: bool = False, kinds=KINDS) -> list[MaskWorkload]:
     sizes = ((4, 16, 4096),) + (((1, 16, 16384),) if long else ())
     dims = (128,) if quick else (64, 128)
     return [MaskWorkload(kind, B, H, S, D, backward) for backward in (False, True)
-            for D in dims for B, H, S in sizes for kind in KINDS]
+            for D in dims for B, H, S in sizes for kind in KINDS if kind in kinds]
 
 
 def document_ids(w: MaskWorkload, device="cuda", seed=0) -> torch.Tensor:
@@ -324,14 +324,18 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--long", action="store_true", help="S16384 at B1 as well")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="a comma list of " + ", ".join(KINDS))
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    if not set(kinds) <= set(KINDS):
+        ap.error(f"--kinds: {args.kinds!r}: each one of {', '.join(KINDS)}")
     import triton
     stamp = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch "
              f"{torch.__version__} · triton {triton.__version__} · bf16 · forward: CUDA graph "
              f"replay medians, backward: call medians (do_bench), {args.repeat} repeat(s)")
     rows = []
-    for w in workloads(args.quick, args.long):
+    for w in workloads(args.quick, args.long, kinds):
         rows.append(measure(w, args.repeat))
         torch.cuda.empty_cache()
         if args.out:                # after each row: a run cut short keeps its table

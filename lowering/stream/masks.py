@@ -28,14 +28,34 @@ class TileMask:
     def __init__(self, emitter, ops: dict):
         self.k = emitter
         self.ops = ops
+        self.hoisted: dict[tuple, tuple] = {}   # (load id, level): its bounds, taken once
+        self.level = None
 
-    def status(self, cond_id: int, box: dict, counts: dict) -> tuple:
+    def status(self, cond_id: int, box: dict, counts: dict, level=None) -> tuple:
         """(i1 true throughout the tile, i1 false throughout). `counts` gives each box
-        axis's span as a Python int (hi - lo + 1), what an input's interval loops over.
+        axis's span as a Python int (hi - lo + 1), what an input's interval loops over;
+        `level` names which hoisted bounds apply (those taken over the same rows).
         Every lane of each warp must call this: an input's interval is a warp reduction."""
-        self.box, self.counts, self.memo = box, counts, {}
+        self.box, self.counts, self.memo, self.level = box, counts, {}, level
         got = self._eval(cond_id)
         return (got[1], got[2]) if got is not None and got[0] == "bool" else (_FALSE, _FALSE)
+
+    def hoist(self, cond_id: int, box: dict, counts: dict, level) -> None:
+        """Take the bounds of each input of cond that lies along the box's axes alone (the
+        rows, fixed for the whole loop) now, for every later `status` at this level."""
+        self.box, self.counts, self.level = box, counts, None
+        pending, seen = [cond_id], set()
+        while pending:
+            op = self.ops[pending.pop()]
+            if op.id in seen:
+                continue
+            seen.add(op.id)
+            pending.extend(op.args)
+            if op.op == "load" and any(a in box for a in op.axes):
+                self.memo = {}
+                got = self._input_interval(op)
+                if got is not None:
+                    self.hoisted[op.id, level] = got
 
     def _eval(self, vid: int):
         if vid not in self.memo:
@@ -51,7 +71,8 @@ class TileMask:
             index = self.k.batch_index().get(axis)
             return None if index is None else ("num", index, index)
         if kind == "load":
-            return self._input_interval(op)
+            got = self.hoisted.get((op.id, self.level))
+            return got if got is not None else self._input_interval(op)
         if kind in ("const", "param", "size"):
             value = self.k._elementwise(op, [], (None, None))
             return ("num", value, value) if value.type != L.I1 else \

@@ -173,6 +173,16 @@ class _Emitter(KernelEmitter):
         self.masks = TileMask(self, self.ops)
         self.index_mask = next((op.args[0] for op in body if op.attr("mask") == "index"),
                                None)
+        # The block's rows and this warp's: the same every step, so the bounds of a mask
+        # input along the rows (a query's document id) are taken once, here.
+        self.row_boxes = {warp: (first, b.add(first, L.i32(count - 1)), count)
+                          for warp, first, count in (
+                              (False, self.m0, sk.rows),
+                              (True, b.add(self.m0, self.warp_row), sk.rows_per_warp))}
+        if self.index_mask is not None:
+            for warp, (lo, hi, count) in self.row_boxes.items():
+                self.masks.hoist(self.index_mask, {sk.rows_axis: (lo, hi)},
+                                 {sk.rows_axis: count}, level=warp)
         first = b.and_(b.icmp_signed(">", n_steps, L.i32(0)),
                        b.not_(self._tile_status(L.i32(0))[1]))
         with b.if_then(first):
@@ -250,17 +260,16 @@ class _Emitter(KernelEmitter):
         has no barrier), and the tile's keys (stream.masks); and whether the tile ends
         inside the keys."""
         b, sk = self.b, self.sk
-        first = b.add(self.m0, self.warp_row) if warp else self.m0
-        count = sk.rows_per_warp if warp else sk.rows
+        first, last_row, count = self.row_boxes[warp]
         key0 = b.mul(j, L.i32(sk.keys))
         last = b.add(key0, L.i32(sk.keys - 1))
         inside = b.icmp_signed("<=", b.add(key0, L.i32(sk.keys)), self.size(sk.keys_axis))
         if self.index_mask is None:
             return inside, ir.Constant(L.I1, 0)
-        box = {sk.rows_axis: (first, b.add(first, L.i32(count - 1))),
-               sk.keys_axis: (key0, last)}
+        box = {sk.rows_axis: (first, last_row), sk.keys_axis: (key0, last)}
         true, false = self.masks.status(self.index_mask, box,
-                                        {sk.rows_axis: count, sk.keys_axis: sk.keys})
+                                        {sk.rows_axis: count, sk.keys_axis: sk.keys},
+                                        level=warp)
         return b.and_(inside, true), false
 
     def _branches(self, flat, whole, empty, body, yielded, carried_keys) -> list:

@@ -46,6 +46,7 @@ def test_workloads_cover_every_kind_both_ways():
     assert len({w.name for w in ws}) == len(ws)
     assert set(bench.workloads(quick=True)) < set(ws) < set(bench.workloads(long=True))
     assert {w.S for w in bench.workloads(long=True)} == {4096, 16384}
+    assert {w.kind for w in bench.workloads(kinds=("documents",))} == {"documents"}
 
 
 def _brute_pairs(w, ids):
