@@ -24,11 +24,12 @@ def _load(name):
 def _load_masks():
     """bench/attention_masks.py, whose `import attention` must find bench/attention.py
     (examples/attention.py may already be imported under that name)."""
-    kept = sys.modules.get("attention")
+    kept, path = sys.modules.get("attention"), list(sys.path)
     sys.modules["attention"] = _load("attention")
     try:
         return _load("attention_masks")
     finally:
+        sys.path[:] = path          # it puts bench/ first, which would shadow examples/
         if kept is not None:
             sys.modules["attention"] = kept
         else:
