@@ -231,15 +231,23 @@ def measure(w: Workload, repeat: int) -> Row:
     return Row(w, tflops, ratios, mib, notes)
 
 
-HEADER = ("| workload | plait TFLOP/s | flash | cuDNN | plait / flash | plait / cuDNN "
-          "| spread of plait / flash | spread of plait / cuDNN "
-          "| peak MiB plait / flash / cuDNN |")
+def header(peers=PEERS) -> str:
+    ratios = [f"plait / {p}" for p in peers]
+    return ("| workload | plait TFLOP/s | " + " | ".join(peers) + " | " + " | ".join(ratios)
+            + " | " + " | ".join(f"spread of {r}" for r in ratios)
+            + " | peak MiB " + " / ".join(("plait",) + tuple(peers)) + " |")
 
 
-def table(rows: list[Row], stamp: str) -> str:
+HEADER = header()
+
+
+def table(rows: list[Row], stamp: str, peers=PEERS) -> str:
     """One markdown table (bench/chart.py draws its TFLOP/s columns) and the notes of
-    failing contenders under it, numbered from the workload cell."""
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    failing contenders under it, numbered from the workload cell. Rows' ratios are per
+    peer (plait / peer, one per repeat); bench/attention_masks.py passes its own peers."""
+    head = header(peers)
+    contenders = ("plait",) + tuple(peers)
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     notes = []
 
     def fig(d, who, fmt="{:.0f}"):
@@ -250,11 +258,11 @@ def table(rows: list[Row], stamp: str) -> str:
             notes.append(note)
             name += f" [{len(notes)}]"
         ratio = [f"{statistics.median(row.ratios[p]):.2f}" if p in row.ratios else "-"
-                 for p in PEERS]
+                 for p in peers]
         spread = [f"{min(row.ratios[p]):.2f}-{max(row.ratios[p]):.2f}" if p in row.ratios
-                  else "-" for p in PEERS]
-        mem = " / ".join(fig(row.mib, who) for who in CONTENDERS)
-        lines.append(f"| {name} | " + " | ".join(fig(row.tflops, who) for who in CONTENDERS)
+                  else "-" for p in peers]
+        mem = " / ".join(fig(row.mib, who) for who in contenders)
+        lines.append(f"| {name} | " + " | ".join(fig(row.tflops, who) for who in contenders)
                      + " | " + " | ".join(ratio + spread) + f" | {mem} |")
     text = stamp + "\n\n" + "\n".join(lines)
     if notes:

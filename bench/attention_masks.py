@@ -44,7 +44,8 @@ import attention as forward_bench  # noqa: E402  (bench/attention.py: loading, c
 KINDS = ("window", "documents", "softcap")
 EXAMPLES = {"window": "sliding_window_attention", "documents": "document_attention",
             "softcap": "softcap_attention"}
-CONTENDERS = ("plait", "flex")
+PEERS = ("flex",)
+CONTENDERS = ("plait",) + PEERS
 
 
 @dataclass(frozen=True)
@@ -232,16 +233,7 @@ def check(got, want) -> float:
     return worst
 
 
-@dataclass
-class Row:
-    workload: MaskWorkload
-    tflops: dict
-    ratios: list
-    mib: dict
-    notes: list
-
-
-def measure(w: MaskWorkload, repeat: int) -> Row:
+def measure(w: MaskWorkload, repeat: int) -> forward_bench.Row:
     from timing import both, median_ms
     q, k, v = forward_bench.make_inputs(forward_bench.Workload(w.B, w.H, w.S, w.S, w.D, False))
     ids = document_ids(w) if w.kind == "documents" else None
@@ -289,34 +281,13 @@ def measure(w: MaskWorkload, repeat: int) -> Row:
     for note in notes:
         print(f"  {w.name:44s} {note}", flush=True)
     tflops = {who: statistics.median(r[who] for r in runs) for who in fns}
-    ratios = [r["plait"] / r["flex"] for r in runs] if len(fns) == 2 else []
-    return Row(w, tflops, ratios, mib, notes)
+    ratios = {"flex": [r["plait"] / r["flex"] for r in runs]} if len(fns) == 2 else {}
+    return forward_bench.Row(w, tflops, ratios, mib, notes)
 
 
-HEADER = ("| workload | plait TFLOP/s | flex | plait / flex | spread of plait / flex "
-          "| peak MiB plait / flex |")
-
-
-def table(rows: list[Row], stamp: str) -> str:
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-    notes = []
-
-    def fig(d, who):
-        return f"{d[who]:.0f}" if who in d else "-"
-    for row in rows:
-        name = row.workload.name
-        for note in row.notes:
-            notes.append(note)
-            name += f" [{len(notes)}]"
-        ratio = f"{statistics.median(row.ratios):.2f}" if row.ratios else "-"
-        spread = f"{min(row.ratios):.2f}-{max(row.ratios):.2f}" if row.ratios else "-"
-        mem = " / ".join(fig(row.mib, who) for who in CONTENDERS)
-        lines.append(f"| {name} | {fig(row.tflops, 'plait')} | {fig(row.tflops, 'flex')} | "
-                     f"{ratio} | {spread} | {mem} |")
-    text = stamp + "\n\n" + "\n".join(lines)
-    if notes:
-        text += "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1))
-    return text
+def table(rows: list, stamp: str) -> str:
+    """bench/attention.py's table with FlexAttention as the one peer."""
+    return forward_bench.table(rows, stamp, peers=PEERS)
 
 
 def main():

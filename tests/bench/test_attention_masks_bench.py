@@ -129,11 +129,17 @@ def test_plait_backward_matches_the_dense_reference_on_the_cpu_executor(w):
 
 
 def test_table_has_a_row_per_workload_and_notes_for_failures():
-    ok = bench.Row(W("window", 4, 16, 4096, 64), {"plait": 200.0, "flex": 250.0},
-                   [0.8, 0.82], {"plait": 32.0, "flex": 33.0}, [])
-    failed = bench.Row(W("softcap", 4, 16, 4096, 128, True), {"flex": 300.0}, [],
-                       {"flex": 90.0}, ["plait: PlaitError: no"])
+    row = bench.forward_bench.Row
+    ok = row(W("window", 4, 16, 4096, 64), {"plait": 200.0, "flex": 250.0},
+             {"flex": [0.8, 0.82]}, {"plait": 32.0, "flex": 33.0}, [])
+    failed = row(W("softcap", 4, 16, 4096, 128, True), {"flex": 300.0}, {},
+                 {"flex": 90.0}, ["plait: PlaitError: no"])
     text = bench.table([ok, failed], "stamp")
     assert "| bf16 B4 H16 S4096 D64 window 1024 | 200 | 250 | 0.81 | 0.80-0.82 | 32 / 33 |" in text
     assert "| bf16 B4 H16 S4096 D128 softcap 30 bwd [1] | - | 300 | - | - | - / 90 |" in text
     assert text.endswith("[1] plait: PlaitError: no")
+    stamp, unit, contenders, data = _load("chart").parse_table(text)
+    assert (stamp, unit, contenders) == ("stamp", "TFLOP/s", ["plait", "flex"])
+    assert data[0] == ("bf16 B4 H16 S4096 D64 window 1024", [200.0, 250.0])
+    assert text.splitlines()[2] == ("| workload | plait TFLOP/s | flex | plait / flex "
+                                    "| spread of plait / flex | peak MiB plait / flex |")
