@@ -18,7 +18,7 @@ for stage in ${STAGES:-shape tier memcheck}; do
   echo "== $stage $(date +%T)"
   case $stage in
     shape) timeout ${SHAPE_TIMEOUT:-200} $T -m gpu tests -k every_shape 2>&1 | tee "$OUT/every_shape.log" | tail -6 ;;
-    tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
+    tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch ${TIER_ARGS:-} -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
     torch) timeout ${TORCH_TIMEOUT:-240} $T -m gpu tests/torch 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
     memcheck|racecheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"

@@ -65,18 +65,19 @@ class KernelEmitter:
         return self.args[("size", axis)]
 
 
-def loop(b: ir.IRBuilder, fn, count, carried: list, body) -> list:
-    """for i in range(count): carried = body(i, carried); returns the final carried values."""
+def loop(b: ir.IRBuilder, fn, count, carried: list, body, start=None) -> list:
+    """for i in range(start or 0, count): carried = body(i, carried); returns the final
+    carried values."""
     head, work, done = (fn.append_basic_block(n) for n in ("loop", "body", "done"))
-    start = b.block
+    entry = b.block
     b.branch(head)
     b.position_at_end(head)
     i = b.phi(L.I32)
-    i.add_incoming(L.i32(0), start)
+    i.add_incoming(L.i32(0) if start is None else start, entry)
     phis = []
     for v in carried:
         p = b.phi(v.type)
-        p.add_incoming(v, start)
+        p.add_incoming(v, entry)
         phis.append(p)
     b.cbranch(b.icmp_signed("<", i, count), work, done)
     b.position_at_end(work)

@@ -17,6 +17,7 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from ..nvptx import ops as L
+from ..nvptx.kernel import loop
 
 _FALSE, _TRUE = ir.Constant(L.I1, 0), ir.Constant(L.I1, 1)
 _FLIP = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt", "eq": "eq", "ne": "ne"}
@@ -30,15 +31,51 @@ class TileMask:
         self.ops = ops
         self.hoisted: dict[tuple, tuple] = {}   # (load id, level): its bounds, taken once
         self.level = None
+        self.lanewise = False
 
-    def status(self, cond_id: int, box: dict, counts: dict, level=None) -> tuple:
+    def status(self, cond_id: int, box: dict, counts: dict, level=None,
+               lanewise: bool = False) -> tuple:
         """(i1 true throughout the tile, i1 false throughout). `counts` gives each box
         axis's span as a Python int (hi - lo + 1), what an input's interval loops over;
         `level` names which hoisted bounds apply (those taken over the same rows).
-        Every lane of each warp must call this: an input's interval is a warp reduction."""
+        Every lane of each warp must call this: an input's interval is a warp reduction,
+        unless `lanewise`, where each lane has a box of its own and reads its inputs'
+        whole span alone."""
         self.box, self.counts, self.memo, self.level = box, counts, {}, level
+        self.lanewise = lanewise
         got = self._eval(cond_id)
+        self.lanewise = False
         return (got[1], got[2]) if got is not None and got[0] == "bool" else (_FALSE, _FALSE)
+
+    def tile_range(self, cond_id: int, rows: dict, row_counts: dict, keys_axis: str,
+                   keys: int, n_tiles, level) -> tuple:
+        """(first, end) i32, uniform over the block when the rows are: the key tiles from
+        `first` up to but not including `end` hold every tile that cond, over the rows
+        `rows` ({axis: (lo, hi)}, `row_counts` their spans), does not leave empty
+        (end <= first when none). Lane l decides
+        tiles l, l + 32, ... alone (`lanewise`), and the warp takes the least and greatest
+        of those not empty, so a loop over [first, end) never visits the tiles before a
+        causal diagonal, outside a window or outside the rows' documents."""
+        k, b = self.k, self.k.b
+        rounds = b.sdiv(b.add(n_tiles, L.i32(31)), L.i32(32))
+
+        def scan(r, carried):
+            first, end = carried
+            j = b.add(b.mul(r, L.i32(32)), k.lane)
+            key0 = b.mul(j, L.i32(keys))
+            box = {**rows, keys_axis: (key0, b.add(key0, L.i32(keys - 1)))}
+            _, empty = self.status(cond_id, box, {**row_counts, keys_axis: keys},
+                                   level=level, lanewise=True)
+            live = b.and_(b.icmp_signed("<", j, n_tiles), b.not_(empty))
+            lo = b.select(live, j, L.i32(2**31 - 1))
+            hi = b.select(live, b.add(j, L.i32(1)), L.i32(0))
+            for width in (16, 8, 4, 2, 1):
+                lo = L.binary(b, k.intr, "minimum", lo, _butterfly(k, lo, width))
+                hi = L.binary(b, k.intr, "maximum", hi, _butterfly(k, hi, width))
+            return [L.binary(b, k.intr, "minimum", first, lo),
+                    L.binary(b, k.intr, "maximum", end, hi)]
+        first, end = loop(b, k.fn, rounds, [L.i32(2**31 - 1), L.i32(0)], scan)
+        return first, end
 
     def hoist(self, cond_id: int, box: dict, counts: dict, level) -> None:
         """Take the bounds of each input of cond that lies along the box's axes alone (the
@@ -156,6 +193,14 @@ class TileMask:
         last = b.sub(k.size(axis), L.i32(1))
         hi = b.select(b.icmp_signed("<", last, hi), last, hi)
         least, most = L.i32(2**31 - 1), L.i32(-2**31)
+        if self.lanewise:                   # this lane's box alone, every element
+            for r in range(self.counts[axis]):
+                i = b.add(lo, L.i32(r))
+                inside = b.icmp_signed("<=", i, hi)
+                value = k.element(buffer, {**at, axis: b.select(inside, i, lo)})
+                least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
+                most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
+            return ("num", least, most)
         for r in range(-(-self.counts[axis] // 32)):
             i = b.add(lo, b.add(k.lane, L.i32(32 * r)))
             inside = b.icmp_signed("<=", i, hi)

@@ -164,9 +164,6 @@ class _Emitter(KernelEmitter):
             self._emit(op)
         self.key_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)),
                                 L.i32(sk.keys))
-        n_steps = self.key_steps
-        for axis in sk.folded:      # the loop walks the folded axes x the key tiles
-            n_steps = b.mul(n_steps, self.size(axis))
         for t in sk.residents:
             copy_rows(self, t.name, sk.rows_axis, self.m0, sk.rows, t.width, t.pad,
                       b.add(self.base, L.i32(sk.resident_offset(t.name))))
@@ -183,11 +180,18 @@ class _Emitter(KernelEmitter):
             for warp, (lo, hi, count) in self.row_boxes.items():
                 self.masks.hoist(self.index_mask, {sk.rows_axis: (lo, hi)},
                                  {sk.rows_axis: count}, level=warp)
-        first = b.and_(b.icmp_signed(">", n_steps, L.i32(0)),
-                       b.not_(self._tile_status(L.i32(0))[1]))
-        with b.if_then(first):
-            self._stream_from({axis: L.i32(0) for axis in sk.folded})
-            copy_step(self, L.i32(0), L.i32(0))
+        self._key_range()
+        # Steps start..end; without folded axes step j is key tile j, in stage j % 2.
+        start, end = self.key_first, b.add(self.key_first, self.key_span)
+        if sk.folded:               # the loop walks the folded axes x the key tiles
+            start, end = L.i32(0), self.key_span
+            for axis in sk.folded:
+                end = b.mul(end, self.size(axis))
+        fold0, key_step0 = self._split_step(start)
+        with b.if_then(b.and_(b.icmp_signed("<", start, end),
+                              b.not_(self._tile_status(key_step0)[1]))):
+            self._stream_from(fold0)
+            copy_step(self, key_step0, b.and_(start, L.i32(1)))
         P.cp_async_commit(b)
         P.cp_async_wait(b, 0)
         P.barrier(b)
@@ -208,7 +212,7 @@ class _Emitter(KernelEmitter):
             P.cp_async_wait(b, 0)           # this thread's copies of step j landed
             P.barrier(b)                    # everyone's did, and step j-1 is done with
             nxt = b.add(j, L.i32(1))        # the other stage, which is refilled now
-            ahead = b.icmp_signed("<", nxt, n_steps)
+            ahead = b.icmp_signed("<", nxt, end)
             fold, key_step = self._split_step(j)
             nxt_fold, nxt_key_step = self._split_step(nxt)
             with b.if_then(b.and_(ahead, b.not_(self._tile_status(nxt_key_step)[1]))):
@@ -223,7 +227,7 @@ class _Emitter(KernelEmitter):
             # whole block takes one branch.
             whole, empty = self._tile_status(key_step, warp=not sk.scattered)
             return self._branches(flat, whole, empty, body, yielded, carried_keys)
-        final = loop(b, self.fn, n_steps, init, step)
+        final = loop(b, self.fn, end, init, step, start)
         P.cp_async_wait(b, 0)
         self.results = []
         at = 0
@@ -234,13 +238,32 @@ class _Emitter(KernelEmitter):
             self._emit(op)
         b.ret_void()
 
+    def _key_range(self) -> None:
+        """The key tiles the loop visits, key_first up to key_first + key_span: with a
+        position mask, those from the block's first tile the mask does not leave empty to
+        its last (stream.masks; the empty ones between are skipped step by step), else
+        all of them."""
+        b, sk = self.b, self.sk
+        self.key_first, self.key_span = L.i32(0), self.key_steps
+        if self.index_mask is None:
+            return
+        first, last_row, count = self.row_boxes[False]
+        first, end = self.masks.tile_range(self.index_mask, {sk.rows_axis: (first, last_row)},
+                                           {sk.rows_axis: count}, sk.keys_axis, sk.keys,
+                                           self.key_steps, level=False)
+        span = b.sub(end, first)
+        self.key_first = b.select(b.icmp_signed(">", span, L.i32(0)), first, L.i32(0))
+        self.key_span = b.select(b.icmp_signed(">", span, L.i32(0)), span, L.i32(0))
+
     def _split_step(self, j) -> tuple[dict, object]:
-        """({folded axis: position}, key tile) of loop step j: the folded axes outermost."""
+        """({folded axis: position}, key tile) of loop step j: the folded axes outermost,
+        each with the key tiles from key_first (without folded axes step j is tile j)."""
         if not self.sk.folded:
             return {}, j
         b = self.b
-        rest, fold = b.udiv(j, self.key_steps), {}
-        key_step = b.urem(j, self.key_steps)
+        span = b.select(b.icmp_signed(">", self.key_span, L.i32(0)), self.key_span, L.i32(1))
+        rest, fold = b.udiv(j, span), {}
+        key_step = b.add(self.key_first, b.urem(j, span))
         for axis in reversed(self.sk.folded):
             fold[axis] = b.urem(rest, self.size(axis))
             rest = b.udiv(rest, self.size(axis))
