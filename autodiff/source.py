@@ -135,6 +135,9 @@ class _Printer:
         if n.op == "rotate_half":
             pairs = ", interleaved=True" if n.attr("interleaved") else ""
             return f'rotate_half({ops[0][0]}, over={_q(n.attr("axis"))}{pairs})', _ATOM
+        if n.op == "blocked":
+            pairs = ", ".join(f"{_q(c)}: {_q(f)}" for c, f in n.attr("blocks"))
+            return f'blocked({ops[0][0]}, {{{pairs}}}, {n.attr("size")})', _ATOM
         raise PlaitError(f"to_source: no DSL spelling for op {n.op!r}", n.loc)
 
     def variable(self, n: Node) -> str:

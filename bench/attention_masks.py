@@ -7,12 +7,15 @@ algorithm of examples/attention.py written as math:
 - window: `sliding_window_attention`, causal with a window of 1024 keys;
 - documents: `document_attention`, causal within documents packed along S (8 documents
   per sequence, random lengths, sorted int32 ids per token);
-- softcap: `softcap_attention`, cap 30 on the scaled scores, no mask.
+- softcap: `softcap_attention`, cap 30 on the scaled scores, no mask;
+- blocks: `block_sparse_attention`, a random int32 block mask of 128 x 128 blocks keeping
+  3 of every 32 key blocks per query block (the diagonal one and two others: 90.6%
+  sparse); the row also gives plait's time against its own dense forward (`attention`).
 The peer is torch's FlexAttention (`flex_attention` under torch.compile), given the same
 mask as a mask_mod with its BlockMask (so it skips the blocks the mask empties) or the
-cap as a score_mod. plait skips the tiles a position mask empties (window, and the causal
-half of documents) but not tiles a document boundary empties: its mask reads the ids
-per element.
+cap as a score_mod. plait skips the key tiles its mask empties by interval arithmetic
+over each tile (positions, the document ids' least and greatest, the block mask), and
+visits only the tiles from a block's first non-empty one to its last.
 
 TFLOP/s counts unmasked work only: 4·H·D per kept (query, key) pair forward, 2.5 times
 that backward (DESIGN.md). The forward is timed as CUDA-graph replays, plait through one
@@ -41,9 +44,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import attention as forward_bench  # noqa: E402  (bench/attention.py: loading, checks)
 
-KINDS = ("window", "documents", "softcap")
+KINDS = ("window", "documents", "softcap", "blocks")
 EXAMPLES = {"window": "sliding_window_attention", "documents": "document_attention",
-            "softcap": "softcap_attention"}
+            "softcap": "softcap_attention", "blocks": "block_sparse_attention"}
+BLOCK = 128                     # the block mask's block, as examples/attention.py reads it
 PEERS = ("flex",)
 CONTENDERS = ("plait",) + PEERS
 
@@ -59,11 +63,13 @@ class MaskWorkload:
     window: int = 1024          # keys a query sees, its own included (window)
     documents: int = 8          # documents per sequence (documents)
     cap: float = 30.0           # softcap
+    kept_blocks: int = 3        # key blocks per query block of 32 (blocks)
 
     @property
     def name(self) -> str:
         what = {"window": f"window {self.window}", "documents": f"{self.documents} documents",
-                "softcap": f"softcap {self.cap:g}"}[self.kind]
+                "softcap": f"softcap {self.cap:g}",
+                "blocks": f"blocks {100 * (1 - self.kept_blocks / 32):.1f}% sparse"}[self.kind]
         return f"bf16 B{self.B} H{self.H} S{self.S} D{self.D} {what}" + \
             (" bwd" if self.backward else "")
 
@@ -90,10 +96,35 @@ def document_ids(w: MaskWorkload, device="cuda", seed=0) -> torch.Tensor:
     return torch.stack(rows).to(device=device, dtype=torch.int32)
 
 
+def block_mask(w: MaskWorkload, device="cuda", seed=0) -> torch.Tensor:
+    """[B, H, S/128, S/128] int32: per query block its diagonal key block and w.kept_blocks
+    - 1 others, drawn at random (no row is fully masked: the dense reference stays
+    finite)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = -(-w.S // BLOCK)
+    scores = torch.rand(w.B, w.H, n, n, generator=gen)
+    scores += 2 * torch.eye(n)              # the diagonal first
+    kept = scores.topk(min(w.kept_blocks, n), dim=-1).indices
+    return torch.zeros(w.B, w.H, n, n, dtype=torch.int32).scatter_(-1, kept, 1).to(device)
+
+
+def mask_input(w: MaskWorkload, device="cuda"):
+    """What the mask reads besides positions: document ids, the block mask, or None."""
+    if w.kind == "documents":
+        return document_ids(w, device)
+    return block_mask(w, device) if w.kind == "blocks" else None
+
+
 def kept_pairs(w: MaskWorkload, ids: torch.Tensor | None = None) -> int:
-    """(query, key) pairs the mask keeps, over the whole batch."""
+    """(query, key) pairs the mask keeps, over the whole batch (and heads, for blocks:
+    summed over them and divided by H, as flops() multiplies by H)."""
     if w.kind == "softcap":
         return w.B * w.S * w.S
+    if w.kind == "blocks":
+        sizes = torch.full((-(-w.S // BLOCK),), BLOCK)
+        sizes[-1] = w.S - BLOCK * (len(sizes) - 1)
+        per_block = sizes[:, None] * sizes[None, :]
+        return int((ids.cpu().long() * per_block).sum()) // w.H
     if w.kind == "window":     # query s keeps keys s-window+1 .. s
         full = max(w.S - w.window, 0)
         ramp = min(w.S, w.window)
@@ -112,6 +143,9 @@ def keep_mask(w: MaskWorkload, ids, device) -> torch.Tensor | None:
     """[B, 1, S, S] bool of the kept pairs (None: every pair), for the dense reference."""
     if w.kind == "softcap":
         return None
+    if w.kind == "blocks":       # ids: the block mask (of the heads the caller holds)
+        expanded = ids.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
+        return expanded[..., :w.S, :w.S] != 0
     s = torch.arange(w.S, device=device)
     keep = s[None, :] <= s[:, None]
     if w.kind == "window":
@@ -143,13 +177,18 @@ def reference(w: MaskWorkload, q, k, v, ids, dout=None):
     parts = []
     for h in _head_chunks(w):
         if dout is None:
-            parts.append((dense_reference(w, q[:, h], k[:, h], v[:, h], ids),))
+            parts.append((dense_reference(w, q[:, h], k[:, h], v[:, h], _heads(w, ids, h)),))
             continue
         qh, kh, vh = (t[:, h].detach().float().requires_grad_() for t in (q, k, v))
-        out = dense_reference(w, qh, kh, vh, ids)
+        out = dense_reference(w, qh, kh, vh, _heads(w, ids, h))
         parts.append(torch.autograd.grad(out, (qh, kh, vh), dout[:, h].float()))
     got = tuple(torch.cat(ts, dim=1) for ts in zip(*parts))
     return got[0] if dout is None else got
+
+
+def _heads(w: MaskWorkload, ids, h: slice):
+    """The mask input of heads `h` (a block mask has heads; document ids do not)."""
+    return ids[:, h] if w.kind == "blocks" else ids
 
 
 def _scalars(w: MaskWorkload) -> dict:
@@ -158,7 +197,9 @@ def _scalars(w: MaskWorkload) -> dict:
 
 
 def _extra_inputs(w: MaskWorkload, ids) -> tuple:
-    return (ids, ids) if w.kind == "documents" else ()
+    if w.kind == "documents":
+        return ids, ids
+    return (ids,) if w.kind == "blocks" else ()
 
 
 def plait_forward(w: MaskWorkload, q, k, v, ids):
@@ -191,6 +232,8 @@ def _flex_mods(w: MaskWorkload, ids):
         return (lambda score, b, h, qi, ki: w.cap * torch.tanh(score / w.cap)), None
     if w.kind == "window":
         return None, lambda b, h, qi, ki: (ki <= qi) & (qi - ki < w.window)
+    if w.kind == "blocks":
+        return None, lambda b, h, qi, ki: ids[b, h, qi // BLOCK, ki // BLOCK] != 0
     return None, lambda b, h, qi, ki: (ki <= qi) & (ids[b, qi] == ids[b, ki])
 
 
@@ -204,7 +247,8 @@ def flex_call(w: MaskWorkload, ids, device="cuda"):
     compiled = torch.compile(flex_attention, dynamic=False)
     score_mod, mask_mod = _flex_mods(w, ids)
     block_mask = None if mask_mod is None else create_block_mask(
-        mask_mod, w.B if w.kind == "documents" else None, None, w.S, w.S, device=device)
+        mask_mod, w.B if w.kind in ("documents", "blocks") else None,
+        w.H if w.kind == "blocks" else None, w.S, w.S, device=device)
     return lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
                                     scale=w.scale)
 
@@ -236,7 +280,7 @@ def check(got, want) -> float:
 def measure(w: MaskWorkload, repeat: int) -> forward_bench.Row:
     from timing import both, median_ms
     q, k, v = forward_bench.make_inputs(forward_bench.Workload(w.B, w.H, w.S, w.S, w.D, False))
-    ids = document_ids(w) if w.kind == "documents" else None
+    ids = mask_input(w)
     dout = torch.randn_like(q)
     fns, notes, mib = {}, [], {}
     for who in CONTENDERS:
@@ -278,11 +322,25 @@ def measure(w: MaskWorkload, repeat: int) -> forward_bench.Row:
             print(f"  {w.name:44s} {who:5s} {ms:.4f} ms {tf[who]:.0f} TFLOP/s  "
                   f"peak {mib[who]:.0f} MiB", flush=True)
         runs.append(tf)
+    if w.kind == "blocks" and not w.backward and "plait" in fns:
+        notes.append(_against_dense(w, q, k, v, fns["plait"]))
     for note in notes:
         print(f"  {w.name:44s} {note}", flush=True)
     tflops = {who: statistics.median(r[who] for r in runs) for who in fns}
     ratios = {"flex": [r["plait"] / r["flex"] for r in runs]} if len(fns) == 2 else {}
     return forward_bench.Row(w, tflops, ratios, mib, notes)
+
+
+def _against_dense(w: MaskWorkload, q, k, v, sparse) -> str:
+    """plait's block-sparse forward time over its dense forward's (examples' `attention`),
+    both CUDA-graph replays, interleaved."""
+    import plait
+    from timing import both
+    handle = plait.compile(forward_bench.load_example("attention"), like=(q, k, v),
+                           scale=w.scale)
+    ratios = [both(sparse)[1] / both(lambda: handle(q, k, v))[1] for _ in range(3)]
+    return (f"plait: {statistics.median(ratios):.3f} of its dense forward's time "
+            f"({min(ratios):.3f}-{max(ratios):.3f} over 3 pairs)")
 
 
 def table(rows: list, stamp: str) -> str:

@@ -35,7 +35,7 @@ for stage in ${STAGES:-shape tier memcheck}; do
     breakdown) timeout 90 python3 bench/host_breakdown.py 2>&1 | tee "$OUT/host_breakdown.log" | tail -14 ;;
     backend) timeout ${BACKEND_TIMEOUT:-150} python3 bench/torch_backend.py 2>&1 | tee "$OUT/torch_backend.log" | tail -8 ;;
     attention) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention.py ${ATTN_ARGS:-} --out "$OUT/attention.md" 2>&1 | tee "$OUT/attention.log" | tail -20 ;;
-    streamtests) timeout ${STREAM_TIMEOUT:-240} $T -m gpu tests/gpu/test_streaming_gpu.py tests/gpu/test_streaming_backward_gpu.py tests/gpu/test_attention_gpu.py 2>&1 | tee "$OUT/stream_tests.log" | tail -8 ;;
+    streamtests) timeout ${STREAM_TIMEOUT:-240} $T -m gpu tests/gpu/test_streaming_gpu.py tests/gpu/test_streaming_backward_gpu.py tests/gpu/test_attention_gpu.py tests/gpu/test_block_sparse_gpu.py 2>&1 | tee "$OUT/stream_tests.log" | tail -8 ;;
     backward) timeout ${ATTN_TIMEOUT:-150} python3 bench/attention_backward.py ${ATTN_ARGS:-} --out "$OUT/attention_backward.md" 2>&1 | tee "$OUT/attention_backward.log" | tail -20 ;;
     masks) timeout ${MASKS_TIMEOUT:-400} python3 bench/attention_masks.py ${MASKS_ARGS:-} --out "$OUT/attention_masks.md" 2>&1 | tee "$OUT/attention_masks.log" | grep -v "^  " | tail -30 ;;
     doctests) timeout 200 $T -m gpu tests/gpu/test_attention_gpu.py tests/gpu/test_streaming_gpu.py tests/gpu/test_streaming_backward_gpu.py -k document 2>&1 | tee "$OUT/doc_tests.log" | tail -4 ;;

@@ -5,9 +5,9 @@ from .errors import PlaitError, SourceLoc
 from .graph import AlgorithmGraph
 from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
 from .node import OPS, Node
-from .ops import (abs, cos, erf, exp, exp2, log, log2, logical_and, logical_not, logical_or,
-                  max, maximum, min, minimum, name, permute, rotate_half, rsqrt, sigmoid, sin, sqrt, stop_gradient, sum,
-                  tanh)
+from .ops import (abs, blocked, cos, erf, exp, exp2, log, log2, logical_and, logical_not,
+                  logical_or, max, maximum, min, minimum, name, permute, rotate_half, rsqrt,
+                  sigmoid, sin, sqrt, stop_gradient, sum, tanh)
 from .reference import bind_sizes, evaluate
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
@@ -16,7 +16,8 @@ fp8_e4m3, fp8_e5m2 = DType.FP8_E4M3, DType.FP8_E5M2
 
 __all__ = [
     "Algorithm", "AlgorithmGraph", "DType", "Node", "OPS", "Param", "PlaitError", "SourceLoc",
-    "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "broadcast", "cast", "cos", "index",
+    "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "blocked", "broadcast", "cast",
+    "cos", "index",
     "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",

@@ -215,6 +215,67 @@ def rotate_half(x, over=None, interleaved: bool = False) -> Tensor:
     return new_node("rotate_half", (x,), x.axes, x.dtype, axis=over, **attrs)
 
 
+# `blocked` reads a coarse tensor at fine positions: over fine axis S, element s is
+# x[SB = s // size] (FlexAttention's block mask, [S/128, T/128], seen over [S, T]). It is
+# "movement": an element reads its operand at another index. A block mask needs no
+# gradient, so autodiff refuses one through it by name.
+def _blocked_eval(n, ctx, a):
+    from .errors import PlaitError
+    axes = list(n.inputs[0].axes)
+    size = n.attr("size")
+    for coarse, fine in n.attr("blocks"):
+        k = axes.index(coarse)
+        if ctx.sizes[coarse] * size < ctx.sizes[fine]:
+            raise PlaitError(blocked_cover_message(coarse, fine, size, ctx.sizes), n.loc)
+        a = np.repeat(np.broadcast_to(a, tuple(ctx.sizes[x] for x in axes)), size,
+                      axis=k).take(range(ctx.sizes[fine]), axis=k)
+        axes[k] = fine
+    order = [axes.index(x) for x in n.axes]
+    return np.transpose(a, order)
+
+
+def blocked_cover_message(coarse: str, fine: str, size: int, sizes: dict) -> str:
+    return (f"blocked: axis {coarse} has {sizes[coarse]} blocks of {size}, which cover "
+            f"{sizes[coarse] * size} positions of {fine}, not its {sizes[fine]}")
+
+
+register(OpDef("blocked", "movement", _blocked_eval, None))
+
+
+def blocked(x, axes: dict, size: int) -> Tensor:
+    """x read at fine positions: each coarse axis of `axes` ({coarse: fine}) becomes its
+    fine axis, where position i reads block i // size. With `blocks` an int32 or bool
+    Tensor["SB", "TB"] that says which (query block, key block) pairs attend,
+    `blocked(blocks, {"SB": "S", "TB": "T"}, 128) != 0` is the [S, T] mask, and a
+    streamed kernel skips the key tiles whose blocks are all 0 (block-sparse attention).
+    The coarse axes must cover the fine ones: sizes[SB] * size >= sizes[S]."""
+    from .errors import PlaitError, user_location
+    from .tensor import canonical_axes
+    if not isinstance(x, Tensor):
+        raise PlaitError(f"blocked(x, ...): x must be a plait tensor, not {type(x).__name__}",
+                         user_location())
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise PlaitError(f"blocked: size must be a positive int, not {size!r}", user_location())
+    if not isinstance(axes, dict) or not axes:
+        raise PlaitError("blocked: axes must be a dict {coarse axis: fine axis}, e.g. "
+                         '{"SB": "S"}', user_location())
+    for coarse, fine in axes.items():
+        if coarse not in x.axes:
+            raise PlaitError(f"blocked: {coarse!r} is not an axis of x [{', '.join(x.axes)}]",
+                             user_location())
+        if not isinstance(fine, str) or fine in x.axes:
+            raise PlaitError(f"blocked: the fine axis for {coarse!r} must be an axis name x "
+                             f"does not have, not {fine!r}", user_location())
+    if len(set(axes.values())) != len(axes):
+        raise PlaitError("blocked: two coarse axes map to one fine axis", user_location())
+    if x.dtype.is_float:
+        raise PlaitError("blocked reads block masks: x must be an int or bool tensor "
+                         f"(it is {x.dtype.name})", user_location())
+    fine_axes = canonical_axes([axes.get(a, a) for a in x.axes])
+    return new_node("blocked", (x,), fine_axes, x.dtype,
+                    blocks=tuple(sorted(axes.items())), size=size)
+
+
 def _cast_eval(n, ctx, a):
     from .dtypes import round_to
     return round_to(a, n.dtype) if ctx.round else (

@@ -48,6 +48,13 @@ def bind_sizes(graph: AlgorithmGraph, shapes: dict[str, tuple[int, ...]]) -> dic
     for axis, extent in sizes.items():
         if extent <= 0:
             raise PlaitError(f"{graph.name}: axis {axis} has extent {extent}; plait needs >= 1")
+    for n in graph.nodes:        # a kernel would clamp an uncovered position: refuse it
+        if n.op == "blocked":
+            for coarse, fine in n.attr("blocks"):
+                if sizes.get(coarse, 0) * n.attr("size") < sizes.get(fine, 0):
+                    from .ops import blocked_cover_message
+                    raise PlaitError(f"{graph.name}: " + blocked_cover_message(
+                        coarse, fine, n.attr("size"), sizes), n.loc)
     return sizes
 
 

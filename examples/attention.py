@@ -4,7 +4,7 @@ mask or a score modifier is elementwise math on the scores (`index` gives positi
 and -inf behaves as in IEEE arithmetic, so a masked key gets weight exactly 0).
 Grouped-query attention names the heads as groups G of R query heads: k and v lack R,
 so each group's k and v broadcast over its query heads (multi-query is G = 1)."""
-from plait.dsl import Tensor, algorithm, index, logical_and, softmax, sum, tanh, where
+from plait.dsl import Tensor, algorithm, blocked, index, logical_and, softmax, sum, tanh, where
 
 NEG_INF = float("-inf")
 
@@ -75,4 +75,17 @@ def document_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "
     (int32 document ids per token; for self-attention doc_q and doc_k are one tensor)."""
     s = sum(q * k, over="D") * scale
     s = where(logical_and(index("T") <= index("S"), doc_q == doc_k), s, NEG_INF)
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def block_sparse_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                           v: Tensor["B", "H", "T", "D"],
+                           blocks: Tensor["B", "H", "SB", "TB", "int32"],
+                           scale: float = 0.125):
+    """A query block attends to a key block where `blocks` (int32, per 128 queries and
+    128 keys, as FlexAttention's block masks) is not 0; a streamed kernel never visits
+    the key tiles of a 0 block."""
+    s = sum(q * k, over="D") * scale
+    s = where(blocked(blocks, {"SB": "S", "TB": "T"}, 128) != 0, s, NEG_INF)
     return sum(softmax(s, over="T") * v, over="T")

@@ -51,14 +51,21 @@ class _Frame:
     def inside(self, axis: str) -> np.ndarray:
         return self.index(axis) < self.sizes[axis]
 
-    def load(self, name: str) -> np.ndarray:
+    def load(self, name: str, blocks=(), block: int = 1) -> np.ndarray:
         """The buffer's elements at the frame's positions (all index arrays broadcast to
-        the frame, so the result is in frame order), zero outside."""
+        the frame, so the result is in frame order), zero outside; a blocked load's coarse
+        axis at its fine axis's position // block."""
         buf = self.buffers[name]
+        fine = dict(blocks)
         ok = np.ones((1,) * len(self.axes), bool)
         idx = []
         for a in buf.axes:
-            i = self.index(a)
+            if a in fine:
+                at = self.index(fine[a])
+                ok = ok & (at < self.sizes[fine[a]])
+                i = at // block
+            else:
+                i = self.index(a)
             ok = ok & (i < self.sizes[a])
             idx.append(np.where(i < self.sizes[a], i, 0))
         source = self.arrays[name]
@@ -98,7 +105,7 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
     kind = op.op
     args = [vals[a] for a in op.args]
     if kind == "load":
-        return f.load(op.attr("buffer"))
+        return f.load(op.attr("buffer"), op.attr("blocks") or (), op.attr("block") or 1)
     if kind == "carried":
         return np.asarray(carried[op.attr("index")], np.float32)
     if kind == "result":

@@ -89,6 +89,12 @@ class KernelGraph:
         return "\n".join(lines) + "\n"
 
 
+def block_axes(nodes: list[Node]) -> set[str]:
+    """The coarse axes of the block masks `blocked` reads: sizes the kernel takes to
+    address them, though it does not iterate over them."""
+    return {coarse for n in nodes if n.op == "blocked" for coarse, _ in n.attr("blocks")}
+
+
 def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
     used: set[str] = set()
     for n in nodes:
@@ -339,6 +345,7 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
     used = set(ss.batch + ss.folded) | {ss.rows, ss.keys} | \
         {t.axes[-1] for t in ss.residents + ss.streamed}
     used |= {t.cols for t in ss.terms + ss.scattered}
+    used |= block_axes(topo_order([t.weight for t in ss.terms + ss.scattered]))
     axes = tuple(a for a in order if a in used)
     warps = ks.warps or rows // 16
     # The scattered sums (added into fp32 buffers in the loop) come last: only the
@@ -369,7 +376,7 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
                          f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")
     grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
     axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
-                 ((st.cols,) if st.cols else ()))
+                 ((st.cols,) if st.cols else ()) or a in block_axes(topo_order([st.logits])))
     outs = ((out, st.out),) + ((st.saved_lse,) if st.saved_lse is not None else ())
     return KernelPlan(name, outs, axes,
                       replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)

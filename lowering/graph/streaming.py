@@ -194,6 +194,8 @@ def _scores_of(logits: Node) -> Node:
             continue
         if n.op == "input":
             continue               # a mask or bias tensor: its axes are checked below
+        if n.op == "blocked" and n.inputs[0].op == "input":
+            continue               # a block mask read at the scores' positions
         if n.op not in OPS or OPS[n.op].kind != "elementwise":
             raise NotStreamable(f"the scores pass through {n.op}, which a streamed tile "
                                 "does not compute")
@@ -239,8 +241,11 @@ def _check_axes(st: Stream) -> Stream:
             raise NotStreamable(f"{name} is stored [{','.join(have[name])}]; streaming takes "
                                 f"[{','.join(axes)}]")
     inside = {m.uid for m in topo_order([st.scores])}
-    for n in topo_order([st.logits]):
-        if n.op == "input" and n.uid not in inside and not set(n.axes) <= set(batch + (s, t)):
+    logits = topo_order([st.logits])
+    inside |= {n.inputs[0].uid for n in logits if n.op == "blocked"}   # read at fine axes
+    for n in logits:
+        if n.op in ("input", "blocked") and n.uid not in inside and \
+                not set(n.axes) <= set(batch + (s, t)):
             raise NotStreamable(f"the scores read {n.attr('name')!r} over "
                                 f"[{','.join(n.axes)}]; a streamed tile reads tensors over "
                                 f"the batch axes, {s} and {t} only")

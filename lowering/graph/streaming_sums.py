@@ -166,13 +166,16 @@ def weight_roles(term: SumTerm, batch, rows: str, keys: str, scores: list, resid
             residents.setdefault(a.attr("name"), a)
             streamed.setdefault(c.attr("name"), c)
     inside = {m.uid for s in scores for m in topo_order([s])}
-    for n in nodes:
+    inside |= {n.inputs[0].uid for n in nodes if n.op == "blocked" and   # a block mask,
+               n.inputs[0].op == "input"}                                # read at its
+    for n in nodes:                                                      # fine axes
         if n.uid in inside:
             continue
-        if n.op == "input":
+        if n.op in ("input", "blocked") and (n.op == "input" or n.inputs[0].uid in inside):
             if not set(n.axes) <= set(batch + folded + (rows, keys)):
                 raise NotStreamable(f"the weight of {term.name} reads "
-                                    f"{n.attr('name')!r} over [{','.join(n.axes)}]")
+                                    f"{(n.inputs[0] if n.inputs else n).attr('name')!r} "
+                                    f"over [{','.join(n.axes)}]")
         elif n.op not in SCORE_SOURCES and n.op not in PASS_THROUGH and \
                 n.op != "stop_gradient" and (n.op not in OPS or
                                              OPS[n.op].kind != "elementwise"):

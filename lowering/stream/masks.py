@@ -175,6 +175,8 @@ class TileMask:
         (positions past the end of the axis left out), each lane reading every 32nd and
         the warp reducing them; None for any other input."""
         k, b = self.k, self.k.b
+        if op.dtype == DType.INT32 and op.attr("blocks"):
+            return self._blocks_interval(op)
         spans = [a for a in op.axes if a in self.box]
         if op.dtype != DType.INT32 or len(spans) > 1:
             return None
@@ -210,6 +212,47 @@ class TileMask:
         for width in (16, 8, 4, 2, 1):
             least = L.binary(b, k.intr, "minimum", least, _butterfly(k, least, width))
             most = L.binary(b, k.intr, "maximum", most, _butterfly(k, most, width))
+        return ("num", least, most)
+
+    def _blocks_interval(self, op):
+        """("num", least, greatest) of a block mask over the box: each fine axis's span
+        covers blocks lo // size .. hi // size (at most (count - 1) // size + 2 of them),
+        and every lane reads each of those blocks (a few: the tiles are no larger than
+        the blocks they are cut from, usually)."""
+        k, b = self.k, self.k.b
+        size, fine_of = op.attr("block"), dict(op.attr("blocks"))
+        ranges = {}                 # coarse axis: (first block, last block, most blocks)
+        at = {}
+        for axis in k.buffers[op.attr("buffer")].axes:
+            fine = fine_of.get(axis, axis)
+            if fine in self.box:
+                lo, hi = self.box[fine]
+                last = b.sub(k.size(fine), L.i32(1))
+                hi = b.select(b.icmp_signed("<", last, hi), last, hi)
+                ranges[axis] = (b.sdiv(lo, L.i32(size)), b.sdiv(hi, L.i32(size)),
+                                (self.counts[fine] - 1) // size + 2)
+                continue
+            index = k.batch_index().get(fine)
+            if index is None:
+                return None             # a folded axis: the loop's, not the block's
+            at[axis] = b.sdiv(index, L.i32(size)) if axis in fine_of else index
+        least, most = L.i32(2**31 - 1), L.i32(-2**31)
+        axes = list(ranges)
+
+        def visit(i, chosen, inside):
+            nonlocal least, most
+            if i == len(axes):
+                value = k.element(op.attr("buffer"), {**at, **chosen})
+                least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
+                most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
+                return
+            first, last, count = ranges[axes[i]]
+            for r in range(count):
+                block = b.add(first, L.i32(r))
+                ok = b.icmp_signed("<=", block, last)
+                visit(i + 1, {**chosen, axes[i]: b.select(ok, block, first)},
+                      b.and_(inside, ok))
+        visit(0, {}, _TRUE)
         return ("num", least, most)
 
 

@@ -368,7 +368,8 @@ class _Emitter(KernelEmitter):
         sk = self.sk
         kind = op.op
         if kind == "load" and op.attr("buffer") not in self.tiles:
-            self.values[op.id] = {key: self._load_element(op, key)
+            loaded = {}             # registers reading one element share its load
+            self.values[op.id] = {key: self._load_element(op, key, loaded)
                                   for key in self.positions(op.axes)}
             return
         if kind in ("load", "carried", "yield"):
@@ -411,13 +412,34 @@ class _Emitter(KernelEmitter):
     def _operand_of(self, vid: int):
         return self.sk.operand(self.ops[vid].attr("buffer"))
 
-    def _load_element(self, op, key):
+    def _load_element(self, op, key, loaded: dict):
         """One element of a mask or bias tensor at register position `key`, its index
         clamped inside the tensor (a position past the end is computed, never used): the
         register value, or a narrow float's storage bits, which the program's `convert`
-        decodes."""
+        decodes. `loaded` holds the elements read so far, by index."""
         buf = self.buffers[op.attr("buffer")]
-        return self.element(buf.name, {axis: self.index_of(axis, key) for axis in buf.axes})
+        fine = dict(op.attr("blocks") or ())
+        at = {axis: self._block_of(fine[axis], key, op.attr("block"), loaded) if axis in fine
+              else self.index_of(axis, key) for axis in buf.axes}
+        index = tuple(id(at[axis]) for axis in buf.axes)
+        if index not in loaded:
+            loaded[index] = self.element(buf.name, at)
+        return loaded[index]
+
+    def _block_of(self, axis: str, key, size: int, memo: dict):
+        """The block (of `size` positions) along `axis` that register `key` lies in: the
+        same for the whole tile where the tile is cut from one block (the block's rows
+        from m0, a multiple of the rows; a step's keys from key0), else per register."""
+        b, sk = self.b, self.sk
+        if axis == sk.rows_axis and size % sk.rows == 0:
+            start = self.m0
+        elif axis == sk.keys_axis and size % sk.keys == 0:
+            start = self.key0
+        else:
+            return b.sdiv(self.index_of(axis, key), L.i32(size))
+        if ("block", axis) not in memo:
+            memo["block", axis] = b.sdiv(start, L.i32(size))
+        return memo["block", axis]
 
     def element(self, name: str, at: dict):
         """The element of input `name` at positions `at` (axis: i32), clamped inside it:

@@ -95,13 +95,18 @@ class _Builder:
 
     def build(self) -> TileProgram:
         nodes = topo_order([v for _, v in self.plan.outputs])
-        # An input only rotate_half reads is loaded rotated by it, never plainly.
-        plain = {i.uid for n in nodes if n.op != "rotate_half" for i in n.inputs} | \
-            {v.uid for _, v in self.plan.outputs}
+        # An input only rotate_half (or blocked) reads is loaded through it, never plainly.
+        plain = {i.uid for n in nodes if n.op not in ("rotate_half", "blocked")
+                 for i in n.inputs} | {v.uid for _, v in self.plan.outputs}
         # A load is placed just before its first use: a row kept in registers across a
         # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
         # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
+            if n.op == "blocked":
+                raise PlaitError(
+                    f"kernel {self.plan.name}: blocked() is lowered inside a streamed kernel "
+                    "only (a mask on attention's scores with bf16 or fp16 q, k, v); this "
+                    "kernel is not streamed", n.loc)
             if n.op == "rotate_half":
                 self.value[n.uid] = self._rotated_load(n)
                 continue
@@ -142,6 +147,21 @@ class _Builder:
                            rotate=(n.attr("axis"), mode))
         return self._to_register(loaded, src.axes, src.dtype)
 
+    def _blocked_load(self, n: Node) -> int:
+        """blocked of a tensor in memory: a load over the fine axes, each reading the
+        block at position // size (`blocks`: (coarse, fine) pairs)."""
+        src = n.inputs[0]
+        if src.op != "input":
+            raise PlaitError("blocked reads a tensor the algorithm takes as input (a block "
+                             "mask), not a computed value", n.loc)
+        if n.uid in self.value:
+            return self.value[n.uid]
+        self.use_buffer(src.attr("name"))
+        loaded = self.emit("load", (), n.axes, src.dtype, buffer=src.attr("name"),
+                           blocks=n.attr("blocks"), block=n.attr("size"))
+        self.value[n.uid] = self._to_register(loaded, n.axes, src.dtype)
+        return self.value[n.uid]
+
     def _to_register(self, vid: int, axes, dtype: DType) -> int:
         reg = register_dtype(dtype)
         return vid if reg == dtype else self.emit("convert", (vid,), axes, reg)
@@ -151,6 +171,12 @@ class _Builder:
         return target if target.is_float and target != DType.FP32 else None
 
     def _lower(self, n: Node) -> int:
+        if n.op == "rotate_half":
+            return self._rotated_load(n)
+        if n.op == "blocked":
+            return self._blocked_load(n)
+        for i in n.inputs:           # an input is loaded where it is first used
+            self._load_once(i)
         args = [self.value[i.uid] for i in n.inputs]
         reg = register_dtype(n.dtype)
         if n.op in IDENTITY_OPS:

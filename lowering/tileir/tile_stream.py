@@ -58,9 +58,7 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     for n in topo_order([st.logits]):       # the algorithm's own score ops
         if n.uid in inside or n.uid in b.value:
             continue
-        if n.op == "input":                  # a mask or bias read where it is used
-            b._load_once(n)
-        else:
+        if n.op != "input":                  # a mask or bias is read where it is used
             b.value[n.uid] = b._lower(n)
     _mark_index_mask(b, b.value[st.logits.uid], (st.rows, st.keys))
     s_axes = st.scores.axes
@@ -135,7 +133,8 @@ def finish_program(b: _Builder, plan: KernelPlan, buffers: dict, *values: int) -
 def _mark_index_mask(b: _Builder, vid: int, tile_axes: tuple) -> None:
     """Mark the logits' last op `mask=index` when it is where(cond, s, -inf) with cond a
     function of positions and of int32 inputs along at most one of the tile's axes (rows,
-    keys): causal, sliding window, prefix, document ids per token. A backend may then skip
+    keys) or an int32 block mask (`blocked`): causal, sliding window, prefix, document ids
+    per token, block-sparse. A backend may then skip
     the key tiles where cond is false throughout, and the arithmetic where it is true
     (stream/masks.py); an input over both axes (an [S, T] mask) is not a tile's bound."""
     op = b.ops[vid]
@@ -150,9 +149,9 @@ def _mark_index_mask(b: _Builder, vid: int, tile_axes: tuple) -> None:
         if arg.id in seen:
             continue
         seen.add(arg.id)
-        if arg.op == "load" and arg.dtype == DType.INT32 and \
-                len(set(arg.axes) & set(tile_axes)) <= 1:
-            continue               # document ids and the like: bounded per tile
+        if arg.op == "load" and arg.dtype == DType.INT32 and (
+                len(set(arg.axes) & set(tile_axes)) <= 1 or arg.attr("blocks")):
+            continue               # document ids, block masks: bounded per tile
         if arg.op in ("dot", "load") or arg.dtype == DType.FP32 and arg.op not in (
                 "const", "param", "size", "convert"):
             return                 # depends on the scores or on float arithmetic

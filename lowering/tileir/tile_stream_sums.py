@@ -60,9 +60,7 @@ def build_sums_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy) 
         for n in topo_order([t.weight]):
             if n.uid in inside or n.uid in b.value:
                 continue
-            if n.op == "input":
-                b._load_once(n)
-            else:
+            if n.op != "input":              # inputs are loaded where used
                 b.value[n.uid] = b._lower(n)
     logits = _masked_logits(ss)
     if logits is not None:

@@ -4,6 +4,7 @@ over the forward's saved log-sum-exp), run through the CPU executor at small odd
 and checked as the bench checks them."""
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,18 +53,23 @@ def test_workloads_cover_every_kind_both_ways():
 
 def _brute_pairs(w, ids):
     keep = bench.keep_mask(w, ids, "cpu")
-    return w.B * w.S * w.S if keep is None else int(keep.expand(w.B, 1, w.S, w.S).sum())
+    if keep is None:
+        return w.B * w.S * w.S
+    if w.kind == "blocks":             # a mask per head: pairs per head, on average
+        return int(keep.sum()) // w.H
+    return int(keep.expand(w.B, 1, w.S, w.S).sum())
 
 
 @pytest.mark.parametrize("w", [W("window", 2, 1, 50, 8, window=7),
                                W("window", 1, 1, 5, 8, window=9),
                                W("documents", 3, 1, 61, 8, documents=5),
-                               W("softcap", 2, 1, 13, 8)], ids=lambda w: w.name)
+                               W("softcap", 2, 1, 13, 8),
+                               W("blocks", 2, 4, 300, 8, kept_blocks=2)], ids=lambda w: w.name)
 def test_kept_pairs_count_the_mask(w):
-    ids = bench.document_ids(w, device="cpu") if w.kind == "documents" else None
+    ids = bench.mask_input(w, device="cpu")
     assert bench.kept_pairs(w, ids) == _brute_pairs(w, ids)
     assert bench.flops(w, ids) == 4 * w.H * w.D * _brute_pairs(w, ids)
-    back = W(w.kind, w.B, w.H, w.S, w.D, True, w.window, w.documents)
+    back = replace(w, backward=True)
     assert bench.flops(back, ids) == 2.5 * bench.flops(w, ids)
 
 
@@ -74,6 +80,18 @@ def test_document_ids_are_sorted_runs_of_every_document():
     assert (ids.diff(dim=1) >= 0).all()
     assert all(set(row.tolist()) == set(range(6)) for row in ids)
     assert not torch.equal(ids[0], ids[1])          # a length draw per row
+
+
+def test_block_mask_keeps_the_diagonal_and_as_many_blocks_per_row():
+    w = W("blocks", 2, 3, 1000, 8, kept_blocks=3)
+    blocks = bench.block_mask(w, device="cpu")
+    assert blocks.dtype == torch.int32 and blocks.shape == (2, 3, 8, 8)
+    assert (blocks.sum(-1) == 3).all()
+    assert (blocks.diagonal(dim1=-2, dim2=-1) == 1).all()
+    assert not torch.equal(blocks[0, 0], blocks[0, 1])    # a draw per head
+    keep = bench.keep_mask(w, blocks, "cpu")
+    assert keep.shape == (2, 3, 1000, 1000)
+    assert keep[1, 2, 999, 999] and keep[0, 0, 130, 200] == bool(blocks[0, 0, 1, 1])
 
 
 def test_dense_reference_is_attention_with_the_mask():
@@ -90,7 +108,7 @@ def test_dense_reference_is_attention_with_the_mask():
 
 
 CPU_CASES = [W("window", 1, 2, 45, 24, window=9), W("documents", 2, 1, 45, 24, documents=3),
-             W("softcap", 1, 2, 45, 24, cap=0.5)]
+             W("softcap", 1, 2, 45, 24, cap=0.5), W("blocks", 1, 2, 300, 24, kept_blocks=1)]
 
 
 def _inputs(w):
@@ -99,8 +117,7 @@ def _inputs(w):
                for _ in range(3))
     if w.kind == "softcap":
         q = q * 4            # scores large enough for a cap of 0.5 to bite
-    ids = bench.document_ids(w, device="cpu") if w.kind == "documents" else None
-    return q, k, v, ids
+    return q, k, v, bench.mask_input(w, device="cpu")
 
 
 @pytest.mark.parametrize("w", CPU_CASES, ids=lambda w: w.name)
@@ -117,7 +134,7 @@ def test_plait_forward_matches_the_dense_reference_on_the_cpu_executor(w):
 
 @pytest.mark.parametrize("w", CPU_CASES, ids=lambda w: w.name)
 def test_plait_backward_matches_the_dense_reference_on_the_cpu_executor(w):
-    w = W(w.kind, w.B, w.H, w.S, w.D, True, w.window, w.documents, w.cap)
+    w = replace(w, backward=True)
     q, k, v, ids = _inputs(w)
     dout = torch.randn_like(q)
     got = bench.plait_backward(w, q, k, v, ids, dout)()
