@@ -3,7 +3,9 @@ batch B, head dimension D. Every variant is the same softmax-weighted contractio
 mask or a score modifier is elementwise math on the scores (`index` gives positions,
 and -inf behaves as in IEEE arithmetic, so a masked key gets weight exactly 0).
 Grouped-query attention names the heads as groups G of R query heads: k and v lack R,
-so each group's k and v broadcast over its query heads (multi-query is G = 1)."""
+so each group's k and v broadcast over its query heads (multi-query is G = 1). Masks
+that read other tensors: document ids per token (packed causal documents, variable-length
+sequences) and block masks (block-sparse)."""
 from plait.dsl import Tensor, algorithm, blocked, index, logical_and, softmax, sum, tanh, where
 
 NEG_INF = float("-inf")
@@ -88,4 +90,16 @@ def block_sparse_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T
     the key tiles of a 0 block."""
     s = sum(q * k, over="D") * scale
     s = where(blocked(blocks, {"SB": "S", "TB": "T"}, 128) != 0, s, NEG_INF)
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+@algorithm
+def varlen_attention(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                     v: Tensor["B", "H", "T", "D"], seq_q: Tensor["B", "S", "int32"],
+                     seq_k: Tensor["B", "T", "int32"], scale: float = 0.125):
+    """Variable-length sequences packed along S and T (B = 1 usually): a query sees every
+    key of its own sequence and no other. The int32 ids per token are what offsets
+    (cu_seqlens) expand to: torch.repeat_interleave(torch.arange(n), lengths)."""
+    s = sum(q * k, over="D") * scale
+    s = where(seq_q == seq_k, s, NEG_INF)
     return sum(softmax(s, over="T") * v, over="T")

@@ -20,6 +20,7 @@ from ..nvptx import ops as L
 from ..nvptx.kernel import loop
 
 _FALSE, _TRUE = ir.Constant(L.I1, 0), ir.Constant(L.I1, 1)
+BOUNDED = (DType.INT32, DType.BOOL)     # inputs an interval bounds over a tile
 _FLIP = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt", "eq": "eq", "ne": "ne"}
 
 
@@ -109,7 +110,11 @@ class TileMask:
             return None if index is None else ("num", index, index)
         if kind == "load":
             got = self.hoisted.get((op.id, self.level))
-            return got if got is not None else self._input_interval(op)
+            got = got if got is not None else self._input_interval(op)
+            if got is None or op.dtype != DType.BOOL:
+                return got
+            one, zero = L.i32(1), L.i32(0)     # a bool input: true (false) throughout
+            return ("bool", b.icmp_signed("==", got[1], one), b.icmp_signed("==", got[2], zero))
         if kind in ("const", "param", "size"):
             value = self.k._elementwise(op, [], (None, None))
             return ("num", value, value) if value.type != L.I1 else \
@@ -175,10 +180,12 @@ class TileMask:
         (positions past the end of the axis left out), each lane reading every 32nd and
         the warp reducing them; None for any other input."""
         k, b = self.k, self.k.b
-        if op.dtype == DType.INT32 and op.attr("blocks"):
+        if op.dtype not in BOUNDED:
+            return None
+        if op.attr("blocks"):
             return self._blocks_interval(op)
         spans = [a for a in op.axes if a in self.box]
-        if op.dtype != DType.INT32 or len(spans) > 1:
+        if len(spans) > 1:
             return None
         at = {}
         for axis in op.axes:
@@ -188,7 +195,7 @@ class TileMask:
                     return None             # a folded axis: the loop's, not the block's
         buffer = op.attr("buffer")
         if not spans:
-            value = k.element(buffer, at)
+            value = self._element(buffer, at)
             return ("num", value, value)
         (axis,) = spans
         lo, hi = self.box[axis]
@@ -199,20 +206,25 @@ class TileMask:
             for r in range(self.counts[axis]):
                 i = b.add(lo, L.i32(r))
                 inside = b.icmp_signed("<=", i, hi)
-                value = k.element(buffer, {**at, axis: b.select(inside, i, lo)})
+                value = self._element(buffer, {**at, axis: b.select(inside, i, lo)})
                 least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
                 most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
             return ("num", least, most)
         for r in range(-(-self.counts[axis] // 32)):
             i = b.add(lo, b.add(k.lane, L.i32(32 * r)))
             inside = b.icmp_signed("<=", i, hi)
-            value = k.element(buffer, {**at, axis: b.select(inside, i, lo)})
+            value = self._element(buffer, {**at, axis: b.select(inside, i, lo)})
             least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
             most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
         for width in (16, 8, 4, 2, 1):
             least = L.binary(b, k.intr, "minimum", least, _butterfly(k, least, width))
             most = L.binary(b, k.intr, "maximum", most, _butterfly(k, most, width))
         return ("num", least, most)
+
+    def _element(self, buffer: str, at: dict):
+        """An input's element as i32 (a bool one 0 or 1)."""
+        value = self.k.element(buffer, at)
+        return value if value.type == L.I32 else self.k.b.zext(value, L.I32)
 
     def _blocks_interval(self, op):
         """("num", least, greatest) of a block mask over the box: each fine axis's span
@@ -242,7 +254,7 @@ class TileMask:
         def visit(i, chosen, inside):
             nonlocal least, most
             if i == len(axes):
-                value = k.element(op.attr("buffer"), {**at, **chosen})
+                value = self._element(op.attr("buffer"), {**at, **chosen})
                 least = b.select(inside, L.binary(b, k.intr, "minimum", least, value), least)
                 most = b.select(inside, L.binary(b, k.intr, "maximum", most, value), most)
                 return

@@ -132,8 +132,8 @@ def finish_program(b: _Builder, plan: KernelPlan, buffers: dict, *values: int) -
 
 def _mark_index_mask(b: _Builder, vid: int, tile_axes: tuple) -> None:
     """Mark the logits' last op `mask=index` when it is where(cond, s, -inf) with cond a
-    function of positions and of int32 inputs along at most one of the tile's axes (rows,
-    keys) or an int32 block mask (`blocked`): causal, sliding window, prefix, document ids
+    function of positions and of int32 or bool inputs along at most one of the tile's axes
+    (rows, keys) or a block mask of them (`blocked`): causal, sliding window, prefix, document ids
     per token, block-sparse. A backend may then skip
     the key tiles where cond is false throughout, and the arithmetic where it is true
     (stream/masks.py); an input over both axes (an [S, T] mask) is not a tile's bound."""
@@ -149,7 +149,7 @@ def _mark_index_mask(b: _Builder, vid: int, tile_axes: tuple) -> None:
         if arg.id in seen:
             continue
         seen.add(arg.id)
-        if arg.op == "load" and arg.dtype == DType.INT32 and (
+        if arg.op == "load" and arg.dtype in (DType.INT32, DType.BOOL) and (
                 len(set(arg.axes) & set(tile_axes)) <= 1 or arg.attr("blocks")):
             continue               # document ids, block masks: bounded per tile
         if arg.op in ("dot", "load") or arg.dtype == DType.FP32 and arg.op not in (

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 from attention import (attention, causal_attention, document_attention,  # noqa: E402
-                       sliding_window_attention, softcap_attention)
+                       sliding_window_attention, softcap_attention, varlen_attention)
 
 import plait  # noqa: E402
 
@@ -125,6 +125,29 @@ def test_document_attention_matches_sdpa_with_the_mask(B, S, D, documents, dtype
     torch.testing.assert_close(out.float(), ref, atol=TOL[dtype], rtol=TOL[dtype])
     err, peer_err = ((x.float() - ref).abs().max().item() for x in (out, peer))
     assert err <= PEER_FACTOR * peer_err + 1e-4, f"max error {err:.3g}, torch's {peer_err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("lengths_q,lengths_k,D", [([700, 1, 333, 951], [640, 90, 0, 1200], 64),
+                                                   ([1000, 337], [1000, 337], 128)])
+def test_varlen_attention_matches_sdpa_per_sequence(lengths_q, lengths_k, D, dtype):
+    """Sequences packed along S and T (ids per token, from the lengths as cu_seqlens give
+    them), against SDPA over each sequence alone; a sequence without keys gives 0."""
+    q, k, v = _inputs(1, 2, sum(lengths_q), sum(lengths_k), D, dtype, seed=sum(lengths_k))
+    ids = [torch.repeat_interleave(torch.arange(len(n)), torch.tensor(n)).to(
+        device="cuda", dtype=torch.int32)[None] for n in (lengths_q, lengths_k)]
+    out = plait.run(varlen_attention, q, k, v, *ids)
+    at_q, at_k = (torch.tensor([0] + n).cumsum(0).tolist() for n in (lengths_q, lengths_k))
+    for i in range(len(lengths_q)):
+        got = out[:, :, at_q[i]:at_q[i + 1]].float()
+        if lengths_k[i] == 0:
+            assert (got == 0).all()
+            continue
+        part = [t[:, :, a:b].float() for t, a, b in ((q, at_q[i], at_q[i + 1]),
+                                                      (k, at_k[i], at_k[i + 1]),
+                                                      (v, at_k[i], at_k[i + 1]))]
+        ref = F.scaled_dot_product_attention(*part, scale=0.125)
+        torch.testing.assert_close(got, ref, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 def test_first_causal_query_sees_one_key():

@@ -7,7 +7,8 @@ import pytest
 from attention import block_sparse_attention
 
 from plait.autodiff import forward_with_saved, grad
-from plait.dsl import DType, PlaitError, evaluate
+from plait.dsl import (DType, PlaitError, Tensor, algorithm, blocked, evaluate, softmax, sum,
+                       where)
 from plait.lowering.pipeline import emulate, lower
 from plait.lowering.stream.plan import StreamKernel
 
@@ -91,3 +92,24 @@ def test_an_unstreamed_kernel_refuses_blocked_by_name():
     not read block masks yet, and say so rather than read them wrong."""
     with pytest.raises(PlaitError, match="blocked.. is lowered inside a streamed kernel"):
         lower(_graph(block_sparse_attention, DType.FP32), None, SIZES, True, "sm_90a")
+
+
+@algorithm
+def bool_blocks(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                v: Tensor["B", "H", "T", "D"], blocks: Tensor["B", "H", "SB", "TB", "bool"]):
+    s = where(blocked(blocks, {"SB": "S", "TB": "T"}, 128), sum(q * k, over="D") * 0.125,
+              float("-inf"))
+    return sum(softmax(s, over="T") * v, over="T")
+
+
+def test_a_bool_block_mask_bounds_the_tiles_too():
+    """torch's masks are bool: where(blocked(bool blocks), s, -inf) is marked like the
+    int32 form and gives the same answer."""
+    inputs, _ = _inputs(DType.FP16, seed=2)
+    as_bool = {**inputs, "blocks": inputs["blocks"] != 0}
+    graph = bool_blocks.graph({n: DType.FP16 for n in "qkv"})
+    (t,) = lower(graph, None, SIZES, True, "sm_90a").threads
+    assert "mask=index" in t.tile.text()
+    got = np.asarray(emulate(graph, None, SIZES, as_bool, {}, "sm_90a")["out"], np.float64)
+    want = _numpy_attention(*(inputs[n].astype(np.float64) for n in "qkv"), inputs["blocks"])
+    assert np.abs(got - want).max() / np.abs(want).max() < 2e-3
