@@ -127,9 +127,11 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if kind == "load":
         buf = arrays[op.attr("buffer")]
         axes = m.prog.buffer(op.attr("buffer")).axes
-        mask = m.in_bounds(axes)
+        fine = dict(op.attr("blocks") or ())       # a block mask: coarse axis -> fine axis
+        mask = m.in_bounds(tuple(fine.get(a, a) for a in axes))
         rotate = op.attr("rotate") or (None, None)
-        index = {a: m.index(a) for a in axes}
+        index = {a: m.index(fine[a]) // op.attr("block") if a in fine else m.index(a)
+                 for a in axes}
         if rotate[0] is not None:
             index[rotate[0]], negate = source_index(index[rotate[0]], m.sizes[rotate[0]],
                                                     rotate[1])

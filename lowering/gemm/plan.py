@@ -204,6 +204,9 @@ def match(tile: TileProgram) -> tuple[TileOp, TileOp, TileOp, set[int], tuple[in
     rotated = [op.attr("buffer") for op in tile.ops if op.attr("rotate") is not None]
     if rotated:    # operands and epilogue reads are plain tiles of memory
         raise NotAGemm(f"the kernel reads {rotated[0]} rotated (rotate_half)")
+    masks = [op.attr("buffer") for op in tile.ops if op.attr("blocks")]
+    if masks:
+        raise NotAGemm(f"the kernel reads {masks[0]} by blocks (blocked)")
     reductions = [op for op in tile.ops if op.op in OPS and OPS[op.op].kind == "reduce"]
     if len(reductions) != 1 or reductions[0].op != "sum":
         raise NotAGemm("not exactly one sum in the kernel")

@@ -97,7 +97,10 @@ def block_axes(nodes: list[Node]) -> set[str]:
 
 def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
     used: set[str] = set()
+    masks = {n.inputs[0].uid for n in nodes if n.op == "blocked"}   # read at fine axes
     for n in nodes:
+        if n.uid in masks:
+            continue
         used.update(a for a in n.axes if a != n.attr("partial"))
         if n.op in REDUCE_OPS:
             used.add(n.attr("axis"))

@@ -319,6 +319,8 @@ class _Emitter(ReductionEmitter):
     def _load(self, op, ahead=0) -> np.ndarray:
         """Issue each memory instruction of `op` and unpack it before the next."""
         buf = self.prog.buffer(op.attr("buffer"))
+        if op.attr("blocks"):
+            return self._blocked_load(op, buf, ahead)
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
         out = np.empty(shape, dtype=object)
@@ -332,6 +334,20 @@ class _Emitter(ReductionEmitter):
             self.unpack(out, (r, c, v0), regs, vec, buf.dtype)
             if rotate:
                 apply_rotation(self.b, out, (r, c, v0), vec, buf, rotate, negate)
+        return out
+
+    def _blocked_load(self, op, buf, ahead) -> np.ndarray:
+        """A block mask over the op's fine axes, element by element: each reads the block
+        at its position // block along each coarse axis (inside the fine axes only)."""
+        b, fine, size = self.b, dict(op.attr("blocks")), L.i32(op.attr("block"))
+        shape = self.frag_shape(op.axes)
+        out = np.empty(shape, dtype=object)
+        for r, c, v in itertools.product(*(range(n) for n in shape)):
+            at = {a: b.udiv(self.index(f, r, c, v, ahead), size) for a, f in fine.items()}
+            regs = _asm_load_words(b, self.address(buf, r, c, v, ahead, at),
+                                   self.in_bounds(op.axes, r, c, v, ahead), 1, buf.dtype,
+                                   self._cache_hint(buf))
+            self.unpack(out, (r, c, v), regs, 1, buf.dtype)
         return out
 
     def vectors(self, buf, vec: int):

@@ -102,13 +102,8 @@ class _Builder:
         # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
         # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
-            if n.op == "blocked":
-                raise PlaitError(
-                    f"kernel {self.plan.name}: blocked() is lowered inside a streamed kernel "
-                    "only (a mask on attention's scores with bf16 or fp16 q, k, v); this "
-                    "kernel is not streamed", n.loc)
-            if n.op == "rotate_half":
-                self.value[n.uid] = self._rotated_load(n)
+            if n.op in ("rotate_half", "blocked"):
+                self.value[n.uid] = self._lower(n)
                 continue
             for inp in n.inputs:
                 self._load_once(inp)

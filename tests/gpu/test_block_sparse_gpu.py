@@ -68,3 +68,13 @@ def test_an_empty_block_mask_gives_zeros():
     q, k, v, blocks = _case(1, 2, 300, 400, 64, torch.bfloat16, 0.5, seed=3)
     out = plait.run(block_sparse_attention, q, k, v, torch.zeros_like(blocks))
     assert (out == 0).all()
+
+
+def test_fp32_runs_unstreamed_with_the_block_mask():
+    """fp32 q, k, v run as three plain kernels (the scores in memory): the softmax kernel
+    reads the block mask element by element."""
+    q, k, v, blocks = _case(1, 2, 500, 700, 64, torch.float32, 0.5, seed=4)
+    blocks[..., 0] = 1                        # every row sees a key: no NaN rows
+    out = plait.run(block_sparse_attention, q, k, v, blocks)
+    want = _reference(q, k, v, blocks, torch.zeros_like(q))[0]
+    assert (out.double() - want).abs().max().item() < 1e-4

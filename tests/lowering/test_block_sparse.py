@@ -7,8 +7,7 @@ import pytest
 from attention import block_sparse_attention
 
 from plait.autodiff import forward_with_saved, grad
-from plait.dsl import (DType, PlaitError, Tensor, algorithm, blocked, evaluate, softmax, sum,
-                       where)
+from plait.dsl import DType, Tensor, algorithm, blocked, evaluate, softmax, sum, where
 from plait.lowering.pipeline import emulate, lower
 from plait.lowering.stream.plan import StreamKernel
 
@@ -87,11 +86,46 @@ def test_backward_streams_and_matches_the_reference(dtype, tol):
     assert (np.asarray(got["dv"])[0, 1, 256:] == 0).all()
 
 
-def test_an_unstreamed_kernel_refuses_blocked_by_name():
-    """fp32 q, k, v do not stream (mma.sync takes 16-bit operands): the plain kernels do
-    not read block masks yet, and say so rather than read them wrong."""
-    with pytest.raises(PlaitError, match="blocked.. is lowered inside a streamed kernel"):
-        lower(_graph(block_sparse_attention, DType.FP32), None, SIZES, True, "sm_90a")
+@pytest.mark.parametrize("dtype,schedule,tol", [
+    (DType.FP32, None, 1e-5),                                        # fp32 does not stream
+    (DType.BF16, {"algorithm": "block_sparse_attention", "stream": False}, 1e-2)])
+def test_unstreamed_kernels_read_the_block_mask_too(dtype, schedule, tol):
+    """Three kernels with the scores in memory: the softmax's plain kernel reads the block
+    mask element by element, the GEMMs stay plain (a block-mask read is no GEMM operand)."""
+    from plait.schedule import Schedule
+    inputs, _ = _inputs(dtype, seed=3)
+    graph = _graph(block_sparse_attention, dtype)
+    schedule = Schedule.from_dict(schedule) if schedule else None
+    low = lower(graph, schedule, SIZES, True, "sm_90a")
+    assert len(low.kernel_graph.kernels) == 3
+    assert not any(isinstance(t, StreamKernel) for t in low.threads)
+    got = np.asarray(emulate(graph, schedule, SIZES, inputs, {}, "sm_90a")["out"], np.float64)
+    want = _numpy_attention(*(inputs[n].astype(np.float64) for n in "qkv"), inputs["blocks"])
+    rows = ~np.all(np.repeat(inputs["blocks"], 128, 2)[:, :, :300] == 0, axis=-1)
+    # Rows that see no key are NaN unstreamed (exp(-inf - -inf), as the reference gives).
+    assert np.isnan(got[~rows]).all()
+    assert np.abs(got[rows] - want[rows]).max() / np.abs(want).max() < tol
+
+
+@algorithm
+def widen(m: Tensor["A", "SB", "TB", "int32"], x: Tensor["A", "S", "T"]):
+    return where(blocked(m, {"SB": "S", "TB": "T"}, 4) != 0, x, 0.0)
+
+
+def test_a_plain_kernel_reads_a_coarse_tensor_at_fine_positions():
+    """Not attention: a mask by blocks of 4 on a [2, 10, 13] tensor, one elementwise
+    kernel that iterates over S and T, never over the blocks."""
+    rng = np.random.default_rng(4)
+    inputs = {"m": rng.integers(0, 2, (2, 3, 4)).astype(np.int32),
+              "x": rng.standard_normal((2, 10, 13)).astype(np.float32)}
+    sizes = {"A": 2, "S": 10, "T": 13, "SB": 3, "TB": 4}
+    graph = widen.graph()
+    (kernel,) = lower(graph, None, sizes, True, "sm_90a").kernel_graph.kernels
+    assert not {"SB", "TB"} & set(kernel.axes)
+    got = emulate(graph, None, sizes, inputs, {}, "sm_90a")["out"]
+    want = np.where(inputs["m"][:, np.arange(10) // 4][:, :, np.arange(13) // 4] != 0,
+                    inputs["x"], 0.0)
+    np.testing.assert_array_equal(got, want)
 
 
 @algorithm
@@ -113,3 +147,20 @@ def test_a_bool_block_mask_bounds_the_tiles_too():
     got = np.asarray(emulate(graph, None, SIZES, as_bool, {}, "sm_90a")["out"], np.float64)
     want = _numpy_attention(*(inputs[n].astype(np.float64) for n in "qkv"), inputs["blocks"])
     assert np.abs(got - want).max() / np.abs(want).max() < 2e-3
+
+
+def test_the_unstreamed_backward_reads_the_block_mask():
+    """fp32: grad's plain kernels (scores and softmax in memory) against the reference,
+    with a query block that sees some keys only and a key block one head never sees."""
+    inputs, rng = _inputs(DType.FP32, seed=5)
+    inputs["blocks"] = np.ones((1, 2, 3, 3), np.int32)
+    inputs["blocks"][0, 0, 1, 1:] = 0
+    inputs["blocks"][0, 1, :, 2] = 0
+    graph = grad(block_sparse_attention, wrt=["q", "k", "v"]).graph(
+        {n: DType.FP32 for n in "qkv"})
+    feed = {**inputs, "dout": rng.standard_normal((1, 2, 300, 24)).astype(np.float32)}
+    got, want = emulate(graph, None, SIZES, feed, {}, "sm_90a"), evaluate(graph, feed)
+    for name in ("dq", "dk", "dv"):
+        have = np.asarray(got[name], np.float64)
+        assert np.abs(have - want[name]).max() / np.abs(want[name]).max() < 1e-5, name
+    assert (np.asarray(got["dk"])[0, 1, 256:] == 0).all()
