@@ -25,6 +25,7 @@ from plait.schedule.validate import check_kernel_keys
 from ..artifact import Buffer
 from .contraction import find_contractions, is_contraction
 from .contraction_staging import stage_contractions
+from .stream_operands import stage_stream_operands
 from ..gemm.tiles import auto_split_k
 from .layout import effective_grid
 from ..limits import SMS
@@ -155,6 +156,9 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
             if node is not None:
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
     outputs, staged = dict(graph.outputs), []
+    if tensor_cores:      # computed q, k (rotary inside attention) become temporaries
+        staged, outputs = stage_stream_operands(graph.name, outputs, lambda name: _may_stream(
+            graph, schedule, name, len(graph.outputs)))
     streamed, unstreamed = _streams(graph, schedule, sizes, tensor_cores, outputs)
     for name, st in streamed.items():
         del outputs[name]
@@ -169,7 +173,8 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         for name in sums.outputs:
             del outputs[name]
     if tensor_cores:      # computed operands and reduced contractions become temporaries
-        staged, outputs = stage_contractions(graph.name, outputs)
+        more, outputs = stage_contractions(graph.name, outputs)
+        staged += more
     staged, outputs = stage_rotations(graph.name, staged, outputs, sizes)  # computed operands
     staged, outputs = stage_invariant_reductions(graph.name, staged, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
@@ -385,6 +390,17 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
                       replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)
 
 
+def _stored_order(axes: tuple, outputs: dict[str, Node], nodes: list[Node]) -> tuple:
+    """The axes an elementwise kernel of one permuted output walks: the output's order,
+    so that its innermost stored axis is the contiguous one the threads write (a k
+    temporary stored [..., T, D] for a streamed attention), else `axes` as they are."""
+    (value,) = outputs.values() if len(outputs) == 1 else (None,)
+    if value is None or value.op != "permute" or set(value.axes) != set(axes) or \
+            any(n.op in REDUCE_OPS for n in nodes):
+        return axes
+    return value.axes
+
+
 def _is_contraction_kernel(nodes: list[Node]) -> bool:
     """One reduction, and that a contraction."""
     reductions = [n for n in nodes if n.op in REDUCE_OPS]
@@ -419,6 +435,7 @@ class _Planner:
              kernel_schedule: KernelSchedule | None = None) -> None:
         nodes = topo_order(list(outputs.values()))
         axes = iteration_axes(nodes, self.axis_order)
+        axes = _stored_order(axes, outputs, nodes)
         if self.whole_contraction(name) and _is_contraction_kernel(nodes):
             ks = self.schedule.for_kernel(name) if self.schedule is not None else KernelSchedule()
             split = ks.contraction.split_k if ks.contraction is not None else None
