@@ -91,5 +91,28 @@ def default_kernel_schedule(axes: tuple[str, ...], reduce_axes: Iterable[str], i
                 grid += ((inner, threads * vector * PASSES_PER_THREAD),)
         return KernelSchedule(grid=grid, block=((inner, AxisBlock(threads, vector)),))
     tile = DEFAULT_THREADS * vector * ELEMENTWISE_UNROLL
+    narrow = _narrow_rows(inner, outer, vector, sizes)
+    if narrow is not None:
+        return narrow
     return KernelSchedule(grid=tuple((a, 1) for a in outer) + ((inner, tile),),
                           block=((inner, AxisBlock(DEFAULT_THREADS, vector)),))
+
+
+def _narrow_rows(inner: str, outer: tuple, vector: int, sizes) -> KernelSchedule | None:
+    """An elementwise block over several rows when the contiguous axis is too short for
+    256 threads (a rotary [B, H, S, 128] in bf16 needs 16 threads a row): the threads
+    that one row leaves over take further rows of the nearest outer axis longer than 1,
+    so that every thread has work. None where the axis is long enough or sizes unknown."""
+    if not sizes or inner not in sizes:
+        return None
+    lanes = next_pow2(-(-sizes[inner] // vector))
+    if lanes * 2 > DEFAULT_THREADS:
+        return None
+    row = next((a for a in reversed(outer) if sizes.get(a, 1) > 1), None)
+    if row is None:
+        return None
+    # as many rows as fill 256 threads, fewer for a short axis (but a warp at least)
+    rows = min(DEFAULT_THREADS // lanes, max(next_pow2(sizes[row]), -(-32 // lanes)))
+    grid = tuple((a, rows * ELEMENTWISE_UNROLL if a == row else 1) for a in outer)
+    return KernelSchedule(grid=grid + ((inner, lanes * vector),),
+                          block=((row, AxisBlock(rows)), (inner, AxisBlock(lanes, vector))))

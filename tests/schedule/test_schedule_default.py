@@ -37,9 +37,26 @@ def test_row_reduction_without_sizes():
 
 @pytest.mark.parametrize("itemsize, vector", [(2, 8), (4, 4), (1, 16)])
 def test_elementwise(itemsize, vector):
-    ks = default_kernel_schedule(("M", "N"), set(), itemsize, {"M": 3, "N": 5})
+    ks = default_kernel_schedule(("M", "N"), set(), itemsize, {"M": 3, "N": 50000})
     assert ks.grid_tiles == {"M": 1, "N": 256 * vector * 2}
     assert ks.block_axes == {"N": AxisBlock(256, vector)}
+    assert default_kernel_schedule(("M", "N"), set(), itemsize) == ks.__class__(
+        grid=ks.grid, block=ks.block)              # sizes unknown: the same
+
+
+def test_narrow_rows_share_a_block():
+    """A rotary [B, H, S, 128] in bf16: 16 threads cover a row, so 16 rows share a block
+    of 256 (one row a block would leave 240 threads idle)."""
+    ks = default_kernel_schedule(("B", "H", "S", "D"), set(), 2,
+                                 {"B": 4, "H": 16, "S": 4096, "D": 128})
+    assert ks.block_axes == {"S": AxisBlock(16, 1), "D": AxisBlock(16, 8)}
+    assert ks.grid_tiles == {"B": 1, "H": 1, "S": 32, "D": 128}
+    assert ks.threads == 256
+    # the rows come from the nearest outer axis longer than 1, and a short one takes
+    # fewer threads (a warp at least)
+    ks = default_kernel_schedule(("B", "S", "D"), set(), 4, {"B": 5, "S": 1, "D": 6})
+    assert ks.block_axes == {"B": AxisBlock(16, 1), "D": AxisBlock(2, 4)}
+    assert ks.threads == 32
 
 
 def test_column_reduction():
