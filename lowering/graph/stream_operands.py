@@ -15,8 +15,8 @@ from plait.dsl.dtypes import DType
 from plait.dsl.graph import rebuild
 from plait.dsl.node import Node, make_attrs
 
-from .streaming import (NotStreamable, _scores_of, _skip, _uncast, find_stream,
-                        softmax_logits, sum_of_product)
+from .streaming import (NotStreamable, _scores_of, _skip, find_stream, softmax_logits,
+                        sum_of_product, weights_and_value)
 
 STREAMED_DTYPES = (DType.BF16, DType.FP16)
 
@@ -68,12 +68,7 @@ def _computed_operands(out: Node) -> list[tuple[str, Node, tuple[str, ...]]]:
     a softmax-weighted contraction; [] where it has another shape or no computed q, k."""
     try:
         _, keys, prod = sum_of_product(out)
-        for p, v in (prod.inputs, prod.inputs[::-1]):
-            p, v = _skip(p), _uncast(_skip(v))
-            if p.op == "div" and v.op == "input":
-                break
-        else:
-            return []
+        p, _ = weights_and_value(prod, keys)
         scores = _scores_of(softmax_logits(p, keys))
     except NotStreamable:
         return []

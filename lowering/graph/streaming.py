@@ -114,17 +114,22 @@ def find_stream(out: Node) -> Stream:
     """The roles of `out` as a streamed softmax-weighted contraction; NotStreamable says
     why it is not one."""
     total, keys, prod = sum_of_product(out)
-    for p, v in (prod.inputs, prod.inputs[::-1]):
-        p, v = _skip(p), _uncast(_skip(v))
-        if p.op == "div" and v.op == "input":
-            break
-    else:
-        raise NotStreamable(f"the sum over {keys} is not of softmax(...) * an input")
+    p, v = weights_and_value(prod, keys)
     logits = softmax_logits(p, keys)
     scores = _scores_of(logits)
     depth = scores.attr("axis")
     q, k = _operands(scores, keys)
     return _check_axes(Stream(out, total, scores, logits, q, k, v, (), "", keys, depth, ""))
+
+
+def weights_and_value(prod: Node, keys: str) -> tuple[Node, Node]:
+    """(p, v) of the product p * v a softmax-weighted contraction sums: p a division
+    (the softmax), v an input behind casts; NotStreamable otherwise."""
+    for p, v in (prod.inputs, prod.inputs[::-1]):
+        p, v = _skip(p), _uncast(_skip(v))
+        if p.op == "div" and v.op == "input":
+            return p, v
+    raise NotStreamable(f"the sum over {keys} is not of softmax(...) * an input")
 
 
 def softmax_logits(p: Node, keys: str) -> Node:
