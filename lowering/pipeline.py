@@ -20,7 +20,6 @@ from plait.schedule.validate import validate
 
 from .cpu import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
-from .cpu.gemm_emulate import run_gemm_program
 from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
 from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import make_layout
@@ -187,10 +186,9 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
         if not p.is_tensor and p.name not in values:
             values[p.name] = p.default
     for t in low.threads:
-        if isinstance(t, GemmProgram):
-            run_gemm_program(t, low.sizes, arrays, values)
-        elif isinstance(t, StreamKernel):
-            run_stream_program(t.tile, low.sizes, arrays, values)
+        if isinstance(t, (GemmProgram, StreamKernel)):
+            run_stream_program(t.program if isinstance(t, GemmProgram) else t.tile,
+                               low.sizes, arrays, values)
         else:
             emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}

@@ -1,10 +1,12 @@
-"""The CPU executor of a streamed tile program (`tile_stream.py`): the spec of its loop.
+"""The CPU executor of a loop tile program: a streamed kernel (`tile_stream.py`) or a
+contraction on tensor cores (`tile_contraction.py`); the spec of its loop.
 
 Values are numpy arrays over the kernel's axes in canonical order, size 1 along an axis
 they do not vary on. The loop axis is walked in the program's steps: inside the body a
 value along it covers one step, and positions past the end are what the GPU sees there
 (loads zero-filled, reductions skip them); a folded axis (grouped query heads) is walked
-around it, one position at a time. Rows are independent, so the blocks' tiling of
+around it, one position at a time; a split loop (split-K) walks each index of its split
+axis over that index's range of the loop axis, all indices at once. Rows are independent, so the blocks' tiling of
 the other axes changes nothing and all rows run at once; the T tiling, the order of the
 rescaling and every rounding are the kernel's. Elementwise ops run through the thread
 executor's rules (`emulate._step`), so both executors round alike.
@@ -26,13 +28,17 @@ from ..tileir.tile_stream import loop_body
 
 class _Frame:
     def __init__(self, prog: TileProgram, sizes: dict[str, int]):
-        self.axes = prog.axes
+        # A split loop's axis is one the output has and the tile program does not: each
+        # index along it holds one range's partial sum.
+        split = [op.attr("split")[0] for op in prog.ops if op.op == "loop" and op.attr("split")]
+        self.axes = prog.axes + tuple(a for a in split if a not in prog.axes)
         self.sizes = sizes
         self.buffers = {b.name: b for b in prog.buffers}
         self.loop_axis = None
         self.start = 0
         self.step = 0
         self.fold: dict[str, int] = {}    # a folded axis: the loop's position along it
+        self.split: tuple[str, int] | None = None   # (axis, elements of the loop axis each)
 
     def dim(self, axis: str) -> int:
         return self.axes.index(axis)
@@ -44,7 +50,11 @@ class _Frame:
             return np.full(shape, self.fold[axis])
         if axis == self.loop_axis:
             shape[self.dim(axis)] = self.step
-            return (self.start + np.arange(self.step)).reshape(shape)
+            at = (self.start + np.arange(self.step)).reshape(shape)
+            if self.split is not None:        # each split index's own range
+                split_axis, chunk = self.split
+                at = at + self.index(split_axis) * chunk
+            return at
         shape[self.dim(axis)] = self.sizes[axis]
         return np.arange(self.sizes[axis]).reshape(shape)
 
@@ -86,16 +96,17 @@ def run_stream_program(prog: TileProgram, sizes: dict[str, int], arrays: dict,
         if op.id == loop.id:
             carried = [vals[a] for a in op.args]
             axis, step = op.attr("axis"), op.attr("step")
-            f.loop_axis, f.step = axis, step
+            f.loop_axis, f.step, f.split = axis, step, op.attr("split")
+            length = sizes[axis] if f.split is None else min(sizes[axis], f.split[1])
             folded = op.attr("fold") or ()
             for at in itertools.product(*(range(sizes[a]) for a in folded)):
                 f.fold = dict(zip(folded, at))
-                for start in range(0, sizes[axis], step):
+                for start in range(0, length, step):
                     f.start = start
                     for inner in body:
                         vals[inner.id] = _run(f, inner, vals, carried, arrays, scalars)
                     carried = [vals[a] for a in yielded.args]
-            f.loop_axis, f.fold = None, {}
+            f.loop_axis, f.fold, f.split = None, {}, None
             vals[op.id] = carried
         elif op.id not in in_body:
             vals[op.id] = _run(f, op, vals, vals.get(op.attr("loop")), arrays, scalars)
@@ -111,9 +122,7 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
     if kind == "result":
         return np.asarray(carried[op.attr("index")], np.float32)
     if kind == "dot":
-        a, b = (x.astype(np.float64) for x in args[:2])
-        d = f.dim(op.attr("over"))
-        total = (a * b).sum(axis=d, keepdims=True).astype(np.float32)
+        total = _dot(args[0], args[1], f.dim(op.attr("over"))).astype(np.float32)
         return total if len(args) == 2 else (args[2] + total).astype(np.float32)
     if kind in mathfns.REDUCE and op.attr("axis") is not None:
         axis = op.attr("axis")
@@ -139,6 +148,26 @@ def _run(f: _Frame, op, vals, carried, arrays, scalars):
             arrays[buf.name].dtype)
         return None
     return elementwise_step(None, op, args, arrays, scalars)
+
+
+def _dot(a: np.ndarray, b: np.ndarray, over: int) -> np.ndarray:
+    """sum(a * b) along frame dimension `over` in float64, kept as a size-1 dimension:
+    an einsum over the dimensions each operand varies on (a matrix product for numpy's
+    BLAS, never the [M, N, K] broadcast product)."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:len(shape)]
+
+    def varying(x):
+        dims = [d for d in range(x.ndim) if x.shape[d] != 1]
+        return x.reshape([x.shape[d] for d in dims]).astype(np.float64), \
+            "".join(letters[d] for d in dims)
+
+    (xa, la), (xb, lb) = varying(a), varying(b)
+    kept = [d for d in range(len(shape)) if d != over and (letters[d] in la + lb)]
+    total = np.einsum(f"{la},{lb}->{''.join(letters[d] for d in kept)}", xa, xb,
+                      optimize=True)
+    out = [shape[d] if d in kept else 1 for d in range(len(shape))]
+    return total.reshape(out)
 
 
 def _in_buffer_order(f: _Frame, buf, value: np.ndarray, what: str) -> np.ndarray:

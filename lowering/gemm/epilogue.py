@@ -1,7 +1,7 @@
 """The epilogue of a tensor-core contraction, one accumulator element at a time, in LLVM.
 
-The ops after the sum (bias, activation, scale, residual, cast) run on each fp32
-accumulator where it lies in the thread's fragment. A thread's elements sit at
+The ops after the contraction program's loop (its `result`, then bias, activation, scale,
+residual, cast) run on each fp32 accumulator where it lies in the thread's fragment. A thread's elements sit at
 compile-time offsets from its base row and column, so a value that varies along
 fewer axes (a bias along N, a scalar) is computed once per distinct offset and
 reused. Reads of other tensors clamp their index into the tensor: an element
@@ -23,26 +23,21 @@ class EpilogueEmitter:
         self.g = kernel.g
         self.index = index              # axis -> this thread's base index (i32)
         self.varying = varying          # the axes whose offsets differ per element (M, N)
-        self.ops = {op.id: op for op in self.g.epilogue}
+        self.ops = {op.id: op for op in self.g.program.ops}
         self.memo: dict = {}
         self.buffers = {buf.name: buf for buf in self.g.buffers}
 
     def value(self, acc, offsets: dict[str, int]):
         """The storage bits the output takes at this element (acc: its fp32 accumulator)."""
         self.acc = acc
-        store = self.g.epilogue[-1]
+        store = self.g.program.ops[-1]
         return L.encode(self.k.b, self.k.intr, self._value(store.args[0], offsets),
                         self.buffers[store.attr("buffer")].dtype)
 
     def _value(self, vid: int, offsets):
-        b = self.k.b
-        if vid == self.g.acc.id:
-            acc = self.acc
-            for f in self.g.acc_factors:
-                acc = b.fmul(acc, self._value(f, offsets))
-            target = self.g.acc.attr("round")
-            return acc if target is None else L.round_to(b, self.k.intr, acc, target)
         op = self.ops[vid]
+        if op.op == "result":          # the loop's accumulator: this element's, each call
+            return self.acc
         key = (vid,) + tuple(offsets[a] for a in self.varying if a in op.axes)
         if key not in self.memo:
             self.memo[key] = self._compute(op, offsets)

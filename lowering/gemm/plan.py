@@ -10,8 +10,9 @@ followed only by elementwise ops and one store, is a GEMM with an epilogue:
 
 `plan_gemm` checks that the target's tensor-core instruction can take it
 (dtypes, storage orders, tile shapes, shared memory) and returns a
-`GemmProgram`: operands, roles, tiles and the epilogue ops, which
-`gemm.sm90` compiles and `gemm_emulate` runs on the CPU. Operands are
+`GemmProgram`: operands, roles, tiles and the contraction as a loop tile
+program (`tileir/tile_contraction.py`), whose epilogue `gemm.sm90` and
+`gemm.sm80` compile and whose whole loop `cpu/stream_emulate` runs on the CPU. Operands are
 assigned so that the output's contiguous axis is the N role (D^T = B^T A^T).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from plait.schedule.contraction import ContractionSchedule
 from ..artifact import Buffer
 from ..target import get_target
 from ..tileir.tile import TileOp, TileProgram, format_op
+from ..tileir.tile_contraction import contraction_program
 from .tiles import TILERS, NotAGemm  # noqa: F401  (NotAGemm: the pipeline catches it here)
 
 
@@ -78,10 +80,8 @@ class GemmProgram:
     consumers: int             # wgmma: consumer warpgroups (tile_m / 64 rows each), plus a
                                # producer; mma_sync: warps
     raster: int
-    acc: TileOp                # the sum: its id names the accumulator, its round the
-                               # accumulate dtype applied after the loop
-    acc_factors: tuple[int, ...]   # scalar ops the operands were multiplied by
-    epilogue: tuple[TileOp, ...]   # ops after the sum, ending in the store
+    program: TileProgram           # the loop over K tiles with its dot, then the epilogue
+                                   # (tileir/tile_contraction.py)
     buffers: tuple[Buffer, ...]    # kernel-argument order: operands, epilogue reads, output
     scalars: tuple[tuple[str, DType], ...]
     persistent: bool = False       # one block per SM walks the tiles
@@ -155,11 +155,8 @@ class GemmProgram:
                  f"{'consumers' if self.instruction == 'wgmma' else 'warps'} {self.consumers} "
                  f"raster {self.raster}{' persistent' if self.persistent else ''} "
                  f"threads {self.threads} "
-                 f"shared {self.shared_bytes} bytes",
-                 f"  %{self.acc.id} = dot over {self.k}"
-                 + "".join(f" x %{f}" for f in self.acc_factors)
-                 + (f" round={self.acc.attr('round')}" if self.acc.attr("round") else "")]
-        lines += [format_op(op) for op in self.epilogue]
+                 f"shared {self.shared_bytes} bytes"]
+        lines += [format_op(op) for op in self.program.ops]
         return "\n".join(lines) + "\n"
 
 
@@ -253,6 +250,7 @@ class Roles:
     chain: frozenset[int]
     factors: tuple[int, ...]
     split: str | None          # split-K: the axis of K ranges the output has besides
+    loads: tuple[TileOp, TileOp]   # the loads of A and B
 
 
 def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
@@ -286,7 +284,8 @@ def find_roles(tile: TileProgram, sizes: dict[str, int]) -> Roles:
     for op in tile.ops:
         if op.op == "load" and op.id not in chain and k in buffers[op.attr("buffer")].axes:
             raise NotAGemm(f"the epilogue reads {op.attr('buffer')} along {k}")
-    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain), factors, split)
+    return Roles(mx[0], ny[0], k, batch, a, b, out, total, frozenset(chain), factors, split,
+                 (x, y))
 
 
 def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bool,
@@ -310,13 +309,14 @@ def plan_gemm(tile: TileProgram, sizes: dict[str, int], target: str, aligned: bo
         raise NotAGemm(f"split-K is lowered for wgmma only, not {sched.instruction}")
     tiling = TILERS[sched.instruction](r, sched, sizes, f"kernel {tile.name}: contraction",
                                        spec, multiprocessors or spec.sms)
+    split_chunk = dict(derived)[r.split] if r.split else 0
+    program = contraction_program(tile, r.total, r.loads, r.chain, r.factors, tiling[2],
+                                  (r.split, split_chunk) if r.split else None)
     plan = GemmProgram(
         tile.name, target, sched.instruction, r.m, r.n, r.k, r.batch, r.a, r.b, r.out,
-        *tiling, sched.raster, r.total, r.factors,
-        tuple(op for op in tile.ops if op.id not in r.chain and op.id != r.total.id),
-        _argument_order(tile, r.a, r.b, r.out), tile.scalars,
-        bool(sched.persistent) and sched.instruction == "wgmma", r.split,
-        dict(derived)[r.split] if r.split else 0, *access)
+        *tiling, sched.raster, program, _argument_order(tile, r.a, r.b, r.out), tile.scalars,
+        bool(sched.persistent) and sched.instruction == "wgmma", r.split, split_chunk,
+        *access)
     if schedule is None or schedule.stages is None:
         # Stages left to the compiler: as many of the default as fit beside the rest.
         while plan.shared_bytes > spec.shared_per_block and plan.stages > 2:

@@ -13,6 +13,16 @@ from plait.schedule.contraction import ContractionSchedule
 from ..limits import SMS
 
 
+def tile_of(pid: int, grid_m: int, grid_n: int, group: int) -> tuple[int, int]:
+    """Grouped rasterization, the order the kernels walk their output tiles in
+    (`nvptx/kernel.py` emits it): `group` row-blocks walked column by column, so that
+    the blocks running together share A rows and B columns in L2."""
+    width = group * grid_n
+    first = (pid // width) * group
+    rows = min(grid_m - first, group)
+    return first + (pid % width) % rows, (pid % width) // rows
+
+
 class NotAGemm(Exception):
     """The kernel is no tensor-core contraction (the reason says why); it runs generically."""
 

@@ -1,7 +1,7 @@
 """LLVM helpers both contraction backends share: a phi-carried loop and the block's tile.
 
 Kept apart from the backends so that sm_80 and sm_90a walk the output tiles in the
-same order (the order `gemm_emulate.tile_of` runs on the CPU).
+same order (the order `gemm.tiles.tile_of` runs on the CPU).
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def loop(b: ir.IRBuilder, fn, count, carried: list, body, start=None) -> list:
 def tile_coordinates(k, pid=None) -> tuple:
     """Tile `pid` (default: this block's index) -> (first row m0, first column n0,
     {batch axis: index}), rows grouped `raster` at a time (the same mapping as
-    `gemm_emulate.tile_of`). `k` is the kernel emitter: it has `.g`, `.b`, `.sreg(name)`
+    `gemm.tiles.tile_of`). `k` is the kernel emitter: it has `.g`, `.b`, `.sreg(name)`
     and `.size(axis)`."""
     g, b = k.g, k.b
     grid_m = b.sdiv(b.add(k.size(g.m), L.i32(g.tile_m - 1)), L.i32(g.tile_m))

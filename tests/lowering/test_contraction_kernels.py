@@ -8,7 +8,7 @@ import contraction_cases as cc
 from examples_catalog import random_inputs
 from golden import check_golden
 from plait.dsl import DType, PlaitError, Tensor, evaluate, softmax, sum
-from plait.lowering.cpu.gemm_emulate import tile_of
+from plait.lowering.gemm.tiles import tile_of
 from plait.lowering.gemm.plan import GemmProgram
 from plait.lowering.pipeline import compile_program, emulate, lower
 from plait.lowering.graph.policy import resolve, rounding_for
