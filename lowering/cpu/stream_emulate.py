@@ -28,10 +28,7 @@ from ..tileir.tile_stream import loop_body
 
 class _Frame:
     def __init__(self, prog: TileProgram, sizes: dict[str, int]):
-        # A split loop's axis is one the output has and the tile program does not: each
-        # index along it holds one range's partial sum.
-        split = [op.attr("split")[0] for op in prog.ops if op.op == "loop" and op.attr("split")]
-        self.axes = prog.axes + tuple(a for a in split if a not in prog.axes)
+        self.axes = prog.axes
         self.sizes = sizes
         self.buffers = {b.name: b for b in prog.buffers}
         self.loop_axis = None

@@ -63,5 +63,8 @@ def contraction_program(tile: TileProgram, total: TileOp, loads: tuple[TileOp, T
         if total.attr("round") is not None:
             value = emit("round", (value,), total.axes, f32, round=total.attr("round"))
         new[op.id] = value
-    return TileProgram(tile.name, tile.axes, tile.grid, tile.buffers, tile.scalars, tuple(ops))
+    # A split loop's axis is the output's and not the sum's: each index along it holds
+    # one range's partial sum, so the program runs over it too.
+    axes = tile.axes + ((split[0],) if split and split[0] not in tile.axes else ())
+    return TileProgram(tile.name, axes, tile.grid, tile.buffers, tile.scalars, tuple(ops))
 
