@@ -2,8 +2,8 @@
 # Device calls for contractions at every shape and the runtime's handle, in stages:
 #   STAGES="shape tier memcheck" bash bench/device_every_shape.sh
 #   STAGES="bench racecheck torch host" bash bench/device_every_shape.sh
-# shape: the every-shape GPU tests; tier: the rest of the GPU tier (tests/torch aside);
-# torch: tests/torch's GPU twins; memcheck/racecheck: compute-sanitizer over the
+# shape: the every-shape GPU tests; tier: the rest of the GPU tier (tests/torch_interop aside);
+# torch: tests/torch_interop's GPU twins; memcheck/racecheck: compute-sanitizer over the
 # examples at odd shapes; bench: bench/matmul.py's unaligned, small and default sets;
 # host: bench/host_overhead.py; hostfast: the same and the runtime's GPU tests with
 # PLAIT_CTYPES_LAUNCH=1; streamtests: the streamed attention tests, forward and backward;
@@ -18,8 +18,8 @@ for stage in ${STAGES:-shape tier memcheck}; do
   echo "== $stage $(date +%T)"
   case $stage in
     shape) timeout ${SHAPE_TIMEOUT:-200} $T -m gpu tests -k every_shape 2>&1 | tee "$OUT/every_shape.log" | tail -6 ;;
-    tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch ${TIER_ARGS:-} -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
-    torch) timeout ${TORCH_TIMEOUT:-240} $T -m gpu tests/torch 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
+    tier) timeout ${TIER_TIMEOUT:-260} $T -m gpu tests --ignore=tests/torch_interop ${TIER_ARGS:-} -k "not every_shape" 2>&1 | tee "$OUT/gpu_tier.log" | tail -6 ;;
+    torch) timeout ${TORCH_TIMEOUT:-240} $T -m gpu tests/torch_interop 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
     memcheck|racecheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
       timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $stage $extra --error-exitcode 1 \

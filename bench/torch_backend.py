@@ -1,4 +1,4 @@
-"""Training-step time of a LLaMA-style block (tests/torch/backend_models.Block) in bf16:
+"""Training-step time of a LLaMA-style block (tests/torch_interop/backend_models.Block) in bf16:
 torch.compile(backend="plait") against backend="inductor" and eager, in one process.
 
     python bench/torch_backend.py [--dim 1024 --heads 8 --hidden 2816 --batch 4 --seq 512]
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "torch"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "torch_interop"))
 from backend_models import Block  # noqa: E402
 
 import plait.runtime.torch_backend as plait_backend  # noqa: E402
