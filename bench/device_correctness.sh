@@ -1,0 +1,39 @@
+#!/bin/bash
+# Device calls for correctness (no timings): the GPU tier, compute-sanitizer over every example
+# and gradient, and the fuzzer on the machine's CPU cores while the GPU works.
+#   STAGES="fuzz tier memcheck" bash bench/device_correctness.sh
+#   STAGES="fuzz racecheck synccheck torch" FUZZ_KIND=grad bash bench/device_correctness.sh
+# fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED),
+# waited for at the end; tier: tests -m gpu (tests/torch_interop aside); torch: its GPU twins;
+# memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
+# algorithms). Carry .wheels (hypothesis for the fuzzer) with the call. Logs go to $OUT.
+set -o pipefail
+export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+[ -d .wheels ] && python3 -m pip install -q --no-deps .wheels/*.whl >> "$OUT/install.log" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+T="python3 -m pytest -q -p no:cacheprovider --ignore=tests/property"
+fuzz_pid=""
+for stage in ${STAGES:-fuzz tier memcheck}; do
+  echo "== $stage $(date +%T)"
+  case $stage in
+    fuzz)
+      workers=$(( $(nproc) - 2 ))
+      timeout ${FUZZ_TIMEOUT:-540} python3 tools/fuzz.py --cases ${FUZZ_CASES:-10000} \
+        --workers $workers --kind ${FUZZ_KIND:-forward} --seed ${FUZZ_SEED:-0} \
+        > "$OUT/fuzz_${FUZZ_KIND:-forward}.log" 2>&1 &
+      fuzz_pid=$! ;;
+    tier) timeout ${TIER_TIMEOUT:-300} $T -m gpu tests --ignore=tests/torch_interop ${TIER_ARGS:-} 2>&1 | tee "$OUT/gpu_tier.log" | tail -8 ;;
+    torch) timeout ${TORCH_TIMEOUT:-200} $T -m gpu tests/torch_interop 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
+    memcheck|racecheck|synccheck)
+      extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
+      timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $stage $extra --error-exitcode 1 \
+        python3 tests/gpu/sanitize_examples.py ${SAN_ONLY:+--only $SAN_ONLY} > "$OUT/$stage.log" 2>&1
+      echo "$stage rc=$?"; grep -E "ERROR SUMMARY|FAIL|sanitize_examples:" "$OUT/$stage.log" | tail -12 ;;
+  esac
+done
+if [ -n "$fuzz_pid" ]; then
+  echo "== waiting for the fuzzer $(date +%T)"; wait $fuzz_pid; echo "fuzz rc=$?"
+  grep -E "^fuzz:|FAIL|CRASH|HANG" "$OUT/fuzz_${FUZZ_KIND:-forward}.log" | tail -15
+fi
