@@ -1,7 +1,11 @@
 """The fenced code blocks of a Markdown file, for the tests that run the README and the
 tutorials as written."""
+import importlib.util
 import re
 from pathlib import Path
+
+# An import of torch, or a use of a torch name a block before it imported.
+_TORCH = re.compile(r"^\s*(import torch|from torch)\b|\btorch\.", re.M)
 
 _FENCE = re.compile(r"^( *)```(\w+)\n(.*?)^\1```", re.S | re.M)
 
@@ -16,3 +20,12 @@ def code_blocks(path: Path, lang: str) -> list[tuple[int, str]]:
             body = "\n".join(line[indent:] for line in m.group(3).splitlines())
             out.append((text[:m.start()].count("\n") + 2, body + "\n"))
     return out
+
+
+def needs_torch(blocks: list[tuple[int, str]]) -> bool:
+    """Whether any block imports or uses torch (it can only run where torch is)."""
+    return any(_TORCH.search(body) for _, body in blocks)
+
+
+def torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from markdown_blocks import code_blocks
+from markdown_blocks import code_blocks, needs_torch, torch_installed
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -40,14 +40,29 @@ print("README ok")
 """
 
 
-def test_python_blocks_run_as_written(tmp_path):
+def _run_blocks(blocks, tmp_path):
     # A fresh interpreter: what `import plait` gives must not depend on other tests' imports.
     script = tmp_path / "readme_blocks.py"
-    script.write_text(f"BLOCKS = {_blocks('python')!r}\nREADME = {str(README)!r}\n" + _RUNNER)
+    script.write_text(f"BLOCKS = {blocks!r}\nREADME = {str(README)!r}\n" + _RUNNER)
     env = {**os.environ, "PLAIT_CACHE_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "README ok" in done.stdout, done.stderr[-4000:]
+
+
+def test_python_blocks_run_as_written(tmp_path):
+    if not torch_installed():
+        pytest.skip("the README's torch blocks need torch (the torch-free ones run below)")
+    _run_blocks(_blocks("python"), tmp_path)
+
+
+def test_torch_free_blocks_run_without_torch(tmp_path):
+    """On a machine without torch, every block that does not import torch runs as written."""
+    if torch_installed():
+        pytest.skip("torch is installed: the test above runs every block")
+    blocks = [b for b in _blocks("python") if not needs_torch([b])]
+    assert blocks, "the README has no block that runs without torch"
+    _run_blocks(blocks, tmp_path)
 
 
 @pytest.mark.parametrize("line, text", _blocks("yaml"))
