@@ -7,6 +7,7 @@ import pytest
 
 import plait
 from plait.dsl import DType, Tensor, algorithm, evaluate, max, mean, min, sum
+from plait.lowering.pipeline import lower
 
 
 @algorithm
@@ -43,6 +44,10 @@ def test_the_types_follow_the_promotion_table():
         "rows": DType.INT32, "cols": DType.INT32, "all": DType.INT32}
     assert frac_positive.graph().outputs["out"].dtype == DType.FP32
     assert {v.dtype for v in any_all.graph().outputs.values()} == {DType.BOOL}
+    # The kernels (CPU executor and emitter alike) fold the count as int32 adds.
+    tiles = lower(frac_positive.graph(), None, {"M": 5, "N": 37}, True, "sm_90a").tiles
+    sums = [op for t in tiles for op in t.ops if op.op == "sum"]
+    assert sums and all(op.dtype == DType.INT32 for op in sums)
 
 
 @pytest.mark.parametrize("M, N", SHAPES)
