@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from .errors import PlaitError, user_location
-from .ops import erf, exp, log, maximum, rsqrt, sigmoid, sqrt, stop_gradient, tanh
+from .ops import abs as abs_
+from .ops import erf, exp, log, maximum, rsqrt, sigmoid, sqrt, stop_gradient, tanh, where
 from .ops import max as max_
 from .ops import sum as sum_
 from .tensor import Tensor, broadcast, size
@@ -38,8 +39,12 @@ def softmax(x: Tensor, over=None) -> Tensor:
 
 
 def logsumexp(x: Tensor, over=None) -> Tensor:
+    """log(sum(exp(x))) over the axis, shifted by the max. A row whose max is infinite
+    would shift by inf - inf = NaN: its log-sum-exp is that max (+inf for a row holding
+    +inf, -inf for a row of -inf), as torch gives."""
     m = stop_gradient(max_(x, over=over))   # the shift carries no gradient (see softmax)
-    return log(sum_(exp(x - m), over=over)) + m
+    lse = log(sum_(exp(x - m), over=over)) + m
+    return where(abs_(m) == math.inf, m, lse)
 
 
 def log_softmax(x: Tensor, over=None) -> Tensor:

@@ -289,7 +289,10 @@ register(OpDef("cast", "elementwise", _cast_eval,
 # ---- reductions and broadcast -----------------------------------------------
 def _reduce_eval(fn):
     def evaluate(n, ctx, a):
-        return fn(a, axis=n.inputs[0].axes.index(n.attr("axis")))
+        axis = n.inputs[0].axes.index(n.attr("axis"))
+        if fn is np.sum and not n.dtype.is_float:   # wraps as the kernels' int32 adds do
+            return fn(a, axis=axis, dtype=n.dtype.numpy)
+        return fn(a, axis=axis)
     return evaluate
 
 

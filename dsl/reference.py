@@ -102,7 +102,15 @@ def _eval_node(node: Node, ctx: EvalContext, rounding):
     args = [ctx.values[i.uid] for i in node.inputs]
     if opdef.kind == "elementwise":
         args = [_align(a, i.axes, node.axes) for a, i in zip(args, node.inputs)]
+    elif opdef.kind == "broadcast":   # the operand may be stored in another order
+        src = node.inputs[0].axes
+        args = [_align(args[0], src, tuple(a for a in node.axes if a in src))]
     value = opdef.evaluate(node, ctx, *args)
+    if opdef.kind == "reduce":
+        # numpy keeps the operand's order; the graph may type the result in another
+        # (autodiff reduces a permuted gradient into canonical order)
+        kept = tuple(a for a in node.inputs[0].axes if a != node.attr("axis"))
+        value = _align(value, kept, node.axes)
     if opdef.kind == "elementwise":
         shape = tuple(ctx.sizes[a] for a in node.axes)
         value = np.broadcast_to(value, np.broadcast_shapes(np.shape(value), shape))

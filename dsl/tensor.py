@@ -316,7 +316,10 @@ def _over(x: Tensor, over, what: str) -> tuple[str, ...]:
 
 def reduce(op: str, x, over) -> Tensor:
     x = _as_tensor(x, None, op)
-    for axis in _over(x, over, op):
+    axes = _over(x, over, op)
+    if op == "sum" and x.dtype == DType.BOOL:
+        x = cast(x, DType.INT32)     # a sum of bools counts them (bool promotes to int32)
+    for axis in axes:
         x = new_node(op, (x,), tuple(a for a in x.axes if a != axis), x.dtype, axis=axis)
     return x
 

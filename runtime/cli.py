@@ -8,7 +8,8 @@
 
 `run` makes seeded random inputs, runs the algorithm and checks it against the
 float64 reference on the same (rounded) inputs; its last line is
-`ok max_rel_err=<e> time_ms=<t>` (exit 0) or `FAIL <why>` (exit 1).
+`ok max_rel_err=<e> time_ms=<t>` (exit 0) or `FAIL <why>` (exit 1). NaN and inf must
+sit where the reference has them; where they do, a `note:` line before the last says so.
 """
 from __future__ import annotations
 
@@ -182,7 +183,7 @@ def cmd_run(args) -> int:
     from plait.dsl.reference import evaluate
 
     from . import api
-    from .tolerance import max_rel_err, tolerance
+    from .tolerance import max_rel_err, nonfinite_note, tolerance
     _check_target(args.target)
     algo = load_algorithm(args.file)
     gpu = api.use_gpu(args.device, False)
@@ -223,6 +224,10 @@ def cmd_run(args) -> int:
         bad = ", ".join(f"{n}={e:.3g}" for n, e in errors.items())
         print(f"FAIL max_rel_err={worst:.3g} > tolerance {tol:g} ({bad})")
         return 1
+    for name in graph.outputs:    # agreeing NaN or inf: say so, nothing was compared there
+        note = nonfinite_note(name, outputs[name])
+        if note:
+            print(note)
     print(f"ok max_rel_err={worst:.3g} time_ms={elapsed * 1e3:.3f}")
     return 0
 

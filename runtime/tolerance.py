@@ -27,16 +27,33 @@ def tolerance(dtypes) -> float:
 
 
 def max_rel_err(out, ref) -> float:
-    """‖out − ref‖∞ / ‖ref‖∞ in float64 (absolute error when ref is all zeros; inf on NaN)."""
+    """‖out − ref‖∞ / ‖ref‖∞ over the finite values, in float64 (absolute error when those
+    of ref are all zeros). NaN and inf must sit where the reference has them (an inf of
+    the same sign): any other NaN or inf, in either array, is an error of inf."""
     out = np.asarray(out).astype(np.float64)
     ref = np.asarray(ref).astype(np.float64)
     if out.shape != ref.shape:
         raise ValueError(f"shape {out.shape} does not match the reference's {ref.shape}")
-    if out.size == 0:
-        return 0.0
-    if np.isnan(out).any() and not np.isnan(ref).any():
+    finite = np.isfinite(ref)
+    if not np.array_equal(np.isfinite(out), finite) or \
+            not np.array_equal(np.isnan(out), np.isnan(ref)) or \
+            (out[np.isinf(ref)] != ref[np.isinf(ref)]).any():
         return float("inf")
-    diff = np.abs(np.where(np.isnan(ref) & np.isnan(out), 0.0, out - ref))
-    scale = np.nanmax(np.abs(ref)) if not np.isnan(ref).all() else 0.0
-    err = float(np.nanmax(diff))
+    if not finite.any():
+        return 0.0
+    err = float(np.abs(out[finite] - ref[finite]).max())
+    scale = float(np.abs(ref[finite]).max())
     return err / scale if scale > 0 else err
+
+
+def nonfinite_note(name: str, out) -> str | None:
+    """A line saying where an output that agrees with its reference is NaN or inf (no
+    value was compared there); None when it is finite throughout."""
+    out = np.asarray(out).astype(np.float64)
+    nan, inf = int(np.isnan(out).sum()), int(np.isinf(out).sum())
+    if not nan and not inf:
+        return None
+    if nan == out.size:
+        return f"note: {name} is NaN everywhere, as is the reference: no value was compared"
+    return (f"note: {name} has {nan} NaN and {inf} inf of {out.size} values, where the "
+            "reference has them")

@@ -427,9 +427,12 @@ class _Planner:
         self.kernels: list[KernelPlan] = []
         self.temps: list[Buffer] = []
         self.derived: list[tuple[str, str, int]] = []
+        self.widened: dict[str, DType] = {}    # totals held in fp32: their own dtype
 
     def _itemsize(self, nodes) -> int:
-        return max([n.dtype.itemsize for n in nodes if n.op == "input"] or [4])
+        # A total held wider than its dtype leaves the kernel's vector width as it was.
+        return max([self.widened.get(n.attr("name"), n.dtype).itemsize
+                    for n in nodes if n.op == "input"] or [4])
 
     def plan(self, name: str, outputs: dict[str, Node],
              kernel_schedule: KernelSchedule | None = None) -> None:
@@ -473,7 +476,9 @@ class _Planner:
                 self.sizes[part_axes[axis]] = -(-self.sizes[axis] // tiles[axis])
                 self.axis_order = (part_axes[axis],) + self.axis_order
             part_axis = part_axes[axis]
-            acc = DType.FP32 if r.op == "sum" and r.dtype.is_float else r.dtype  # ints exact
+            # A float partial is kept as the registers hold it (fp32): a max rounded to
+            # bf16 here would equal no element its gradient compares it with.
+            acc = DType.FP32 if r.dtype.is_float else r.dtype
             buf = f"{name}.partial{i}"
             partial_outputs[buf] = Node(r.op, r.inputs, (part_axis,) + r.axes, acc,
                                         r.attrs + (("partial", part_axis),), r.loc)
@@ -499,8 +504,10 @@ class _Planner:
             for i, r in enumerate(first):
                 buf = f"{name}.total{i}"
                 totals[buf] = replacement[r.uid]
-                self.temps.append(Buffer(buf, r.dtype, r.axes, "temp"))
-                reread[r.uid] = Node("input", (), r.axes, r.dtype, make_attrs(name=buf), r.loc)
+                held = DType.FP32 if r.dtype.is_float else r.dtype    # as in registers
+                self.widened[buf] = r.dtype
+                self.temps.append(Buffer(buf, held, r.axes, "temp"))
+                reread[r.uid] = Node("input", (), r.axes, held, make_attrs(name=buf), r.loc)
             self.plan(finish_name, totals, self._finish_schedule(totals))
             then = _substitute(rest, reread)
             self.plan(f"{name}.then", then)
