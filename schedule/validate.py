@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from .contraction import check_contraction_values
 from .errors import Problems, in_range
+from .kernel_names import names_key, short_name
 from .model import KernelSchedule, Schedule
 from .schema import MAX_PREFETCH
 
@@ -29,7 +30,6 @@ MAX_BLOCK_AXES = 2
 MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
 MAX_TILE = 2**31 - 1       # indices and tile constants are 32-bit in the generated code
 MAX_OCCUPANCY = 32         # blocks per SM on every target plait compiles for
-STAGES = (".finish", ".then")   # kernels a split reduction adds after the named one
 _TARGET = re.compile(r"sm_\d+a?$")
 
 
@@ -170,8 +170,9 @@ def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
     """Raise ScheduleError for a `kernels:` key that names none of `kernel_names` (the
     kernels the algorithm was cut into), full ('layernorm.bwd.dw') or short ('dw').
 
-    A split reduction's second stages (`<kernel>.finish`, `<kernel>.then`) count as
-    kernels even at sizes where the reduction is not split: the key stays meaningful.
+    The stages a split reduction adds (`<kernel>.finish`, `<kernel>.then`, any number
+    deep) count as kernels even at sizes where the reduction is not split
+    (`kernel_names.names_key`): the key stays meaningful.
     """
     p = Problems(schedule.source, schedule.lines)
     _check_kernel_names(p, schedule, list(kernel_names))
@@ -179,12 +180,8 @@ def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
 
 
 def _check_kernel_names(p: Problems, schedule: Schedule, real: list[str]) -> None:
-    names = set(real) | {n + stage for n in real for stage in STAGES}
-    prefix = schedule.algorithm + "."
-    short = {n[len(prefix):] for n in names if n.startswith(prefix)}
     for key, _ in schedule.kernels:
-        if key not in names and key not in short:
-            # Listed and suggested: the kernels that exist, not the stages added above.
-            shown = [n[len(prefix):] if n.startswith(prefix) else n for n in real]
+        if not names_key(key, schedule.algorithm, real):
+            # Listed and suggested: the kernels that exist, not the stages they may add.
+            shown = [short_name(n, schedule.algorithm) for n in real]
             p.unknown(f"kernels.{key}", key, shown, "kernel")
-

@@ -19,6 +19,8 @@ from plait.dsl.graph import AlgorithmGraph, rebuild
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, make_attrs, reductions, topo_order
 from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
+from plait.schedule.complete import complete
+from plait.schedule.kernel_names import FINISH, THEN, kernel_name, stage
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
 
@@ -109,17 +111,20 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
 
 
 def _kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
-    return graph.name if n_groups == 1 else f"{graph.name}.{group[0]}"
+    return kernel_name(graph.name, None if n_groups == 1 else group[0])
 
 
 def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    if schedule is not None:
-        ks = schedule.for_kernel(name)
-        if ks.grid or ks.block:
-            return ks
-    return default_kernel_schedule(axes, reduced, itemsize, sizes)
+    return _completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
+                      name, axes)
+
+
+def _completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes
+               ) -> KernelSchedule:
+    """What the schedule says for kernel `name`, the keys it leaves out from `default`."""
+    return default if schedule is None else complete(default, schedule.for_kernel(name), axes)
 
 
 def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int) -> KernelSchedule:
@@ -286,7 +291,7 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         for t in ss.terms:
             buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
                                   t.out.axes, "output"))
-        name = f"{graph.name}.{names[0]}"
+        name = kernel_name(graph.name, names[0])
         planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
                                           sizes))
     for out, value in sums.finish:      # sums added up in another kernel: cast to dtype
@@ -294,24 +299,25 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
                               "output"))
         nodes = topo_order([value])
         axes = iteration_axes(nodes, graph.axis_order)
-        planner.plan(f"{graph.name}.{out}", {out: value},
-                     _short_rows(axes, sizes, 4) or _schedule_for(
-                         out, None, axes, nodes, sizes, planner._itemsize(nodes)))
+        name = kernel_name(graph.name, out)
+        if schedule is not None and schedule.has_entry(name):   # its own entry decides
+            planner.plan(name, {out: value})
+            continue
+        planner.plan(name, {out: value}, _short_rows(axes, sizes, 4) or _schedule_for(
+            name, None, axes, nodes, sizes, planner._itemsize(nodes)))
 
 
 def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule | None:
     """A row term (sum(dout * out, over=E)) reduces short rows: 128 threads take as many
     rows as fill them, each row spread over the threads its 16-byte vectors need, where
     the built-in schedule would give every row a block of 32 threads mostly idle."""
-    if schedule is not None and (schedule.for_kernel(name).grid or
-                                 schedule.for_kernel(name).block):
-        return None
     axes = iteration_axes(topo_order([value]), graph.axis_order)
     inner = axes[-1]
     if value.op != "sum" or value.attr("axis") != inner or len(axes) < 2:
         return None
     itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
-    return _short_rows(axes, sizes, itemsize)
+    short = _short_rows(axes, sizes, itemsize)
+    return None if short is None else _completed(short, schedule, name, axes)
 
 
 def _short_rows(axes, sizes, itemsize: int) -> KernelSchedule | None:
@@ -487,7 +493,7 @@ class _Planner:
         self.kernels.append(KernelPlan(name, tuple(direct.items()) +
                                        tuple(partial_outputs.items()), axes, ks))
         rest = {k: v for k, v in outputs.items() if k not in direct}
-        finish_name = f"{name}.finish"
+        finish_name = stage(name, FINISH)
         rewritten = _substitute(rest, replacement)
         reduced_axes = {a for r in first for a in r.axes} | set(part_axes.values())
         rest_axes = set(iteration_axes(topo_order(list(rewritten.values())), self.axis_order))
@@ -501,9 +507,9 @@ class _Planner:
                 totals[buf] = replacement[r.uid]
                 self.temps.append(Buffer(buf, r.dtype, r.axes, "temp"))
                 reread[r.uid] = Node("input", (), r.axes, r.dtype, make_attrs(name=buf), r.loc)
-            self.plan(finish_name, totals, self._finish_schedule(totals))
+            self.plan(finish_name, totals, self._finish_schedule(totals, finish_name))
             then = _substitute(rest, reread)
-            self.plan(f"{name}.then", then)
+            self.plan(stage(name, THEN), then)
             return
         self.plan(finish_name, rewritten, self._finish_schedule(rewritten, finish_name))
 
@@ -545,18 +551,23 @@ class _Planner:
         loaded = Node("input", (), partial.axes, DType.FP32, make_attrs(name=buf), r.loc)
         total = Node("sum", (loaded,), r.axes, r.dtype, make_attrs(axis=part_axis), r.loc)
         rest = _substitute(outputs, {r.uid: total})
-        finish = f"{name}.finish"
+        finish = stage(name, FINISH)
         self.plan(finish, rest, self._finish_schedule(rest, finish, registers=part_axis))
 
     def _finish_schedule(self, outputs: dict[str, Node], name: str | None = None,
                          registers: str | None = None) -> KernelSchedule:
-        """The schedule's entry for kernel `name` when it has one under `kernels:`, else:
+        """The schedule's entry for kernel `name` when it has one under `kernels:`, its keys
+        completed from the default; the default:
         rows of partials are few (hundreds): 64 threads down the rows, each holding at
         most 64 of them, and 4 x 4 columns per block; more rows than that are walked."""
-        if name is not None and self.schedule is not None:
-            short = name[len(self.graph.name) + 1:]
-            if any(k in dict(self.schedule.kernels) for k in (name, short)):
-                return self.schedule.for_kernel(name)
+        default = self._finish_default(outputs, registers)
+        if name is not None and self.schedule is not None and self.schedule.has_entry(name):
+            axes = iteration_axes(topo_order(list(outputs.values())), self.axis_order)
+            return complete(default, self.schedule.for_kernel(name), axes)
+        return default
+
+    def _finish_default(self, outputs: dict[str, Node], registers: str | None
+                        ) -> KernelSchedule:
         nodes = topo_order(list(outputs.values()))
         if registers is not None:
             # A few split-K partials: each block walks them all in a loop, adding in
