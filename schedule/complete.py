@@ -29,17 +29,22 @@ WARP = 32
 MAX_REPS = 64      # vectors per thread along one axis (the layout's bound)
 
 
-def complete(default: KernelSchedule, given: KernelSchedule, axes: tuple[str, ...]
-             ) -> KernelSchedule:
+def complete(default: KernelSchedule, given: KernelSchedule, axes: tuple[str, ...],
+             threads_per_sm: int | None = None) -> KernelSchedule:
     """`given` (what the schedule says for this kernel over `axes`) with every key it
-    leaves out taken from `default`, fitted to the keys it gives."""
+    leaves out taken from `default`, fitted to the keys it gives. `threads_per_sm` (the
+    target's) caps a default block so that a given occupancy fits an SM."""
     block = tuple((a, b) for a, b in given.block if a in axes)
     if block and _threads(block) < WARP:
         block = ()        # a block for axes this kernel mostly lacks: not for this kernel
     given = replace(given, block=block)
     ks = default.merged(given)
     if not given.block:
-        ks = replace(ks, block=_fit_block(ks.block, dict(ks.grid), axes, given.warps))
+        most = None
+        if threads_per_sm and isinstance(given.occupancy, int) and given.occupancy > 0:
+            most = _pow2_dividing(1 << 20, threads_per_sm // given.occupancy)
+        grid = dict(given.grid)       # the tiles the block must divide (a default's bend)
+        ks = replace(ks, block=_fit_block(ks.block, grid, axes, given.warps, most))
     if not given.grid:
         ks = replace(ks, grid=_fit_grid(ks.grid, dict(ks.block)))
     return ks
@@ -53,15 +58,17 @@ def _threads(block) -> int:
 
 
 def _pow2_dividing(n: int, cap: int) -> int:
-    """The largest power of two that divides `n` and is at most `cap`."""
+    """The largest power of two that divides `n` and is at most `cap` (1 at least)."""
     p = 1
     while p * 2 <= cap and n % (p * 2) == 0:
         p *= 2
     return p
 
 
-def _fit_block(block, grid: dict, axes: tuple[str, ...], warps: int | None) -> tuple:
-    """The default block cut to the given grid tiles (and to `warps` when given)."""
+def _fit_block(block, grid: dict, axes: tuple[str, ...], warps: int | None,
+               most: int | None) -> tuple:
+    """The default block cut to the given grid tiles, and to `warps` (or at most `most`
+    threads) where given."""
     fitted = []
     for axis, ab in block:
         tile = grid.get(axis)
@@ -71,25 +78,37 @@ def _fit_block(block, grid: dict, axes: tuple[str, ...], warps: int | None) -> t
             vector = _pow2_dividing(tile, ab.vector)
             ab = AxisBlock(_pow2_dividing(tile // vector, ab.threads), vector)
         fitted.append((axis, ab))
-    want = warps * WARP if warps else None
     total = _threads(fitted)
+    want = warps * WARP if warps else \
+        (max(WARP, most) if most is not None and total > most else None)
     if not axes or total == want or (want is None and total >= WARP):
         return tuple(fitted)
-    # Too few threads, or not `warps` of them: the contiguous axis takes what the row
-    # axis leaves (all of it where the row axis's threads do not divide it).
-    target, inner = want or WARP, axes[-1]
-    rows = _threads([(a, b) for a, b in fitted if a != inner])
-    if target % rows:
-        fitted, rows = [(a, b) for a, b in fitted if a == inner], 1
-    threads = target // rows
+    # Too few threads, or not the number wanted: the contiguous axis takes what its tile
+    # allows, and the nearest axis that has room (the block's row axis first) the rest.
+    want, inner = want or WARP, axes[-1]
     vector = dict(fitted).get(inner, AxisBlock()).vector
     tile = grid.get(inner)
+    # The default's row threads stay where the contiguous axis can take the rest: a
+    # column reduction broadcast back needs its rows spread over threads, not walked.
+    kept = _threads([(a, b) for a, b in fitted if a != inner])
+    kept = kept if want % kept == 0 else 1
+    cols = want // kept
     if isinstance(tile, int):
-        if tile % threads:
+        vector = _pow2_dividing(tile, vector)
+        cols = _pow2_dividing(tile // vector, cols)
+        while cols < want // kept and vector > 1:     # narrower vectors before more rows
+            vector //= 2
+            cols = _pow2_dividing(tile // vector, want // kept)
+    rows = want // cols
+    out = [(inner, AxisBlock(cols, vector))]
+    if rows > 1:
+        own_row = [a for a, _ in fitted if a != inner]
+        room = [a for a in own_row + [a for a in reversed(axes[:-1]) if a not in own_row]
+                if grid.get(a) is None or (isinstance(grid[a], int) and grid[a] % rows == 0)]
+        if not room:
             return tuple(fitted)          # no fit: the layout says why, at the grid key
-        vector = _pow2_dividing(tile // threads, vector)
-    return tuple([(a, b) for a, b in fitted if a != inner] +
-                 [(inner, AxisBlock(threads, vector))])
+        out.insert(0, (room[0], AxisBlock(rows)))
+    return tuple(out)
 
 
 def _fit_grid(grid, block: dict) -> tuple:

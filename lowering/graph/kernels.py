@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from plait.dsl.dtypes import DType
-from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, make_attrs, reductions, topo_order
 from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
 from plait.schedule.complete import complete
+from plait.schedule.errors import kernel_error
 from plait.schedule.kernel_names import FINISH, THEN, kernel_name, stage
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
@@ -115,27 +115,30 @@ def _kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
 
 
 def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
-                  itemsize: int) -> KernelSchedule:
+                  itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
     return _completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
-                      name, axes)
+                      name, axes, threads_per_sm)
 
 
-def _completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes
-               ) -> KernelSchedule:
+def _completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes,
+               threads_per_sm: int | None = None) -> KernelSchedule:
     """What the schedule says for kernel `name`, the keys it leaves out from `default`."""
-    return default if schedule is None else complete(default, schedule.for_kernel(name), axes)
+    return default if schedule is None else \
+        complete(default, schedule.for_kernel(name), axes, threads_per_sm)
 
 
-def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int) -> KernelSchedule:
+def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int,
+                   schedule: Schedule | None = None) -> KernelSchedule:
     """Grid tiles spelled `wave` as numbers: the walked axis's extent over the blocks
     that make one wave with the other gridded axes (16384 rows: 125 each, 132 blocks)."""
     if not any(t == WAVE for _, t in ks.grid):
         return ks
     walked = [a for a, t in ks.grid if t == WAVE]
     if len(walked) > 1 or walked[0] not in axes or walked[0] in dict(ks.block):
-        raise PlaitError(f"kernel {name}: grid tile 'wave' is for the one axis a block "
-                         f"walks (gridded, without threads); {', '.join(walked)} is not")
+        raise kernel_error(schedule, name, f"grid.{walked[0]}", "grid tile 'wave' is for the "
+                           "one axis a block walks (gridded, without threads); "
+                           f"{', '.join(walked)} is not")
     others = 1
     for a, t in effective_grid(axes, ks).items():
         if t != WAVE:
@@ -149,11 +152,13 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                        policy: ResolvedPolicy, sizes: dict[str, int],
                        tensor_cores: str | None = None,
                        generic: dict[str, str] | None = None,
-                       multiprocessors: int = SMS) -> KernelGraph:
+                       multiprocessors: int = SMS,
+                       threads_per_sm: int | None = None) -> KernelGraph:
     """`tensor_cores`: the target's tensor-core instruction ('wgmma', 'mma_sync'), or None;
     with one, contraction kernels are kept whole for the tensor-core lowering, except those
     in `generic` (kernel name -> why not), which are planned like any other.
-    `multiprocessors`: the SMs a `wave` grid tile spreads over."""
+    `multiprocessors`: the SMs a `wave` grid tile spreads over; `threads_per_sm` the
+    target's, which a default block completing a schedule with `occupancy:` fits in."""
     buffers: list[Buffer] = []
     for p in graph.params:
         if p.is_tensor:
@@ -195,7 +200,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
                        lambda name: bool(tensor_cores) and name not in generic, tensor_cores,
-                       multiprocessors)
+                       multiprocessors, threads_per_sm)
     for buf, value in staged:
         planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
         planner.plan(buf, {buf: value})
@@ -286,7 +291,8 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         planner.kernels.append(_stream_plan(buf, buf, st, schedule, instruction,
                                             graph.axis_order, sizes))
     for buf, value in sums.plain:
-        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes))
+        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes,
+                                                       planner.threads_per_sm))
     for names, ss in sums.sums:
         for t in ss.terms:
             buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
@@ -307,7 +313,8 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
             name, None, axes, nodes, sizes, planner._itemsize(nodes)))
 
 
-def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule | None:
+def _rows_schedule(name, value: Node, schedule, graph, sizes,
+                   threads_per_sm: int | None = None) -> KernelSchedule | None:
     """A row term (sum(dout * out, over=E)) reduces short rows: 128 threads take as many
     rows as fill them, each row spread over the threads its 16-byte vectors need, where
     the built-in schedule would give every row a block of 32 threads mostly idle."""
@@ -317,7 +324,7 @@ def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule 
         return None
     itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
     short = _short_rows(axes, sizes, itemsize)
-    return None if short is None else _completed(short, schedule, name, axes)
+    return None if short is None else _completed(short, schedule, name, axes, threads_per_sm)
 
 
 def _short_rows(axes, sizes, itemsize: int) -> KernelSchedule | None:
@@ -350,11 +357,11 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
         default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
     keys = dict(ks.stream).get(ss.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise PlaitError(f"kernel {name}: a streamed kernel takes rows per block in "
-                         f"multiples of 16 up to 256 (grid.{ss.rows}), not {rows}")
+        raise kernel_error(schedule, name, f"grid.{ss.rows}", "a streamed kernel takes rows "
+                           f"per block in multiples of 16 up to 256, not {rows}")
     if ks.stream and dict(ks.stream).keys() != {ss.keys}:
-        raise PlaitError(f"kernel {name}: the schedule streams {', '.join(dict(ks.stream))}, "
-                         f"but the sums run over {ss.keys}")
+        raise kernel_error(schedule, name, "stream", f"the schedule streams "
+                           f"{', '.join(dict(ks.stream))}, but the sums run over {ss.keys}")
     grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
     used = set(ss.batch + ss.folded) | {ss.rows, ss.keys} | \
         {t.axes[-1] for t in ss.residents + ss.streamed}
@@ -386,8 +393,8 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
     default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
     keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise PlaitError(f"kernel {name}: a streamed kernel takes query rows per block in "
-                         f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")
+        raise kernel_error(schedule, name, f"grid.{st.rows}", "a streamed kernel takes query "
+                           f"rows per block in multiples of 16 up to 256, not {rows}")
     grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
     axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
                  ((st.cols,) if st.cols else ()) or a in block_axes(topo_order([st.logits])))
@@ -421,8 +428,10 @@ def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[
 
 class _Planner:
     def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False,
-                 instruction: str | None = None, multiprocessors: int = SMS):
+                 instruction: str | None = None, multiprocessors: int = SMS,
+                 threads_per_sm: int | None = None):
         self.graph = graph
+        self.threads_per_sm = threads_per_sm
         self.multiprocessors = multiprocessors
         self.whole_contraction = whole_contraction
         self.instruction = instruction
@@ -453,16 +462,19 @@ class _Planner:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks, True))
             return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
-                                              self._itemsize(nodes))
-        ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors)
+                                              self._itemsize(nodes), self.threads_per_sm)
+        ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))
             return
         if ks.reduction == "atomic":
-            raise PlaitError(f"kernel {name}: reduction 'atomic' is not supported yet; "
-                             "use 'two_stage'")
+            # Atomic sums are lowered for streamed kernels only; whether this reduction is
+            # split across blocks depends on the sizes, so it is found here, not validated.
+            raise kernel_error(self.schedule, name, "reduction", "reduction 'atomic' is not "
+                               f"supported for a sum split across blocks over "
+                               f"{', '.join(n.attr('axis') for n in cross)} yet; use 'two_stage'")
         # Split at the innermost cross-block reductions (those not fed by another one).
         cross_ids = {n.uid for n in cross}
         first = [n for n in cross
@@ -563,7 +575,8 @@ class _Planner:
         default = self._finish_default(outputs, registers)
         if name is not None and self.schedule is not None and self.schedule.has_entry(name):
             axes = iteration_axes(topo_order(list(outputs.values())), self.axis_order)
-            return complete(default, self.schedule.for_kernel(name), axes)
+            return complete(default, self.schedule.for_kernel(name), axes,
+                            self.threads_per_sm)
         return default
 
     def _finish_default(self, outputs: dict[str, Node], registers: str | None
