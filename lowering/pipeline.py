@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.dsl.dtypes import DType
-from plait.dsl.errors import PlaitWarning
+from plait.dsl.errors import PlaitError, PlaitWarning
 from plait.dsl.graph import AlgorithmGraph
+from plait.schedule.errors import ScheduleError, kernel_error
 from plait.schedule.model import Schedule
 from plait.schedule.validate import validate
 
@@ -52,15 +53,15 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     Contraction kernels are first kept whole for the tensor cores; one the target's
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
-    get_target(target)
-    if schedule is not None:   # ranges hold on every path, not only through plait.run
-        validate(schedule)
+    spec = get_target(target)
+    if schedule is not None:   # ranges, and what the target takes, on every path
+        validate(schedule, target=spec)
     policy = resolve(schedule.dtypes if schedule is not None else None)
-    tensor_cores = get_target(target).contraction.instruction
+    tensor_cores = spec.contraction.instruction
     generic: dict[str, str] = {}
     while True:
         kg = build_kernel_graph(graph, schedule, policy, sizes, tensor_cores, generic,
-                                multiprocessors)
+                                multiprocessors, spec.threads_per_sm)
         tiles = build_all_tile_programs(kg, policy)
         full = dict(sizes)
         for axis, src, tile in kg.derived:
@@ -75,6 +76,11 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
                         multiprocessors)
                 except NotAGemm as why:
                     generic[plan.name] = str(why)
+                except ScheduleError:
+                    raise
+                except PlaitError as e:   # what the sizes or the operands rule out
+                    raise kernel_error(schedule, plan.name, "contraction",
+                                       str(e).removeprefix(f"kernel {plan.name}: ")) from None
         if all(p.name in gemms for p in kg.kernels if p.contraction):
             break
     _warn_unused_contraction_keys(kg, schedule, generic)
@@ -88,7 +94,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
             continue
         # A derived axis the kernel does not iterate over is one it writes partials along.
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
-        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes, schedule)
+        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes, schedule,
+                             spec)
         threads.append(build_thread_program(tile, layout, full, aligned, target))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
 

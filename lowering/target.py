@@ -31,6 +31,14 @@ class Target:
     fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
     contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
     registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
+    threads_per_sm: int = 2048         # resident threads of one SM (occupancy x block)
+    blocks_per_sm: int = 32            # resident blocks of one SM (the most `occupancy`)
+    threads_per_block: int = 1024
+    warp: int = 32
+    # Every tensor-core tile side (M, N, K) of both instructions is a multiple of this:
+    # mma_sync's 32-row warp tiles and K rows of whole 64-byte swizzle units, wgmma's
+    # 64-row warpgroups and 128-byte swizzle rows (32 fp32, 64 bf16, 128 fp8 elements).
+    contraction_tile_quantum: int = 32
     # A streamed softmax-weighted contraction (attention), where the schedule leaves it
     # open: query rows per block, keys per loop step (fewer past a head of 64, whose
     # accumulators take more registers), query rows per warp (16 past a head of 128).
@@ -66,16 +74,17 @@ _MMA_SYNC = ContractionSchedule(stages=3, raster=8, instruction="mma_sync")
 _WGMMA = ContractionSchedule(stages=4, raster=8, instruction="wgmma", persistent=True)
 
 # Shared memory per block / per SM: sm_80 163/164 KiB, sm_86 and sm_89 99/100 KiB, sm_90
-# 227/228 KiB (CUDA programming guide, compute capabilities table). SMs: A100 108, RTX
+# 227/228 KiB; resident threads / blocks per SM: 2048/32, sm_86 1536/16, sm_89 1536/24
+# (CUDA programming guide, compute capabilities table). SMs: A100 108, RTX
 # 3090 82, RTX 4090 128, H100 SXM and H200 132. bf16 conversions (cvt.bf16x2) need sm_80,
 # which is why nothing older is listed. An 'a' target is nobody's fallback: its code
 # (wgmma, setmaxnreg) runs on that GPU alone.
 TARGETS = {t.name: t for t in (
     Target("sm_80", "+ptx74", 163 * 1024, 164 * 1024, 108, ("mma_sync",), (), _MMA_SYNC),
     Target("sm_86", "+ptx74", 99 * 1024, 100 * 1024, 82, ("mma_sync",), ("sm_80",),
-           _MMA_SYNC),
+           _MMA_SYNC, threads_per_sm=1536, blocks_per_sm=16),
     Target("sm_89", "+ptx78", 99 * 1024, 100 * 1024, 128, ("mma_sync",),
-           ("sm_86", "sm_80"), _MMA_SYNC),
+           ("sm_86", "sm_80"), _MMA_SYNC, threads_per_sm=1536, blocks_per_sm=24),
     Target("sm_90", "+ptx78", 227 * 1024, 228 * 1024, 132, ("mma_sync",),
            ("sm_89", "sm_86", "sm_80"), _MMA_SYNC),
     Target("sm_90a", "+ptx80", 227 * 1024, 228 * 1024, 132, ("wgmma", "mma_sync"),

@@ -121,3 +121,13 @@ def in_range(p: Problems, path: str, value, lo: int, hi: int, what: str,
     elif value > hi:
         p.add(path, f"{what} is at most {hi}{' (' + why + ')' if why else ''}, not {value}")
     return lo <= value <= hi
+
+
+def kernel_error(schedule, kernel: str, key: str, message: str) -> PlaitError:
+    """The error for a schedule's `key` that kernel `kernel` cannot take, found while
+    compiling (it needs the sizes or the kernel's cut): at the file and line the kernel
+    takes `key` from, or a plain PlaitError for the built-in schedule (`schedule` None)."""
+    if schedule is None:
+        return PlaitError(f"kernel {kernel}: {message}")
+    return ScheduleError(where(schedule.source, schedule.lines, schedule.key_path(kernel, key))
+                         + f"kernel {kernel}: {message}")

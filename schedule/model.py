@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from plait.dsl.dtypes import DType, dtype_of
 
 from .contraction import ContractionSchedule
+from .kernel_names import key_candidates
 
 
 @dataclass(frozen=True)
@@ -246,19 +247,21 @@ class Schedule:
     def for_kernel(self, name: str) -> KernelSchedule:
         """The mapping of kernel `name` ('layernorm.bwd.dx' matches key 'dx' or the full name)."""
         table = dict(self.kernels)
-        short = name[len(self.algorithm) + 1:] if name.startswith(self.algorithm + ".") else name
-        for key in (name, short):
+        for key in key_candidates(name, self.algorithm):
             if key in table:
                 return self.default.merged(table[key])
         return self.default
+
+    def has_entry(self, name: str) -> bool:
+        """Whether kernel `name` has its own entry under `kernels:`."""
+        return any(key in dict(self.kernels) for key in key_candidates(name, self.algorithm))
 
     def key_path(self, name: str, path: str) -> str:
         """Where kernel `name` takes `path` ('block.N') from: its `kernels:` entry when that
         sets the key ('kernels.dx.block.N'), else the top level; for error messages."""
         table = dict(self.kernels)
-        short = name[len(self.algorithm) + 1:] if name.startswith(self.algorithm + ".") else name
         field_name = path.split(".")[0]
-        for key in (name, short):
+        for key in key_candidates(name, self.algorithm):
             if key in table and getattr(table[key], field_name, None) not in (None, (), False):
                 return f"kernels.{key}.{path}"
         return path

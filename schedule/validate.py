@@ -15,13 +15,16 @@ with the nearest valid name where one is close:
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 
 from .contraction import check_contraction_values
 from .errors import Problems, in_range
+from .kernel_names import names_key, short_name
 from .model import KernelSchedule, Schedule
 from .schema import MAX_PREFETCH
+from .target_checks import check_for_target
 
 REDUCTIONS = ("two_stage", "atomic")
 VECTORS = (1, 2, 4, 8, 16)
@@ -29,18 +32,18 @@ MAX_BLOCK_AXES = 2
 MIN_THREADS, MAX_THREADS, WARP = 32, 1024, 32
 MAX_TILE = 2**31 - 1       # indices and tile constants are 32-bit in the generated code
 MAX_OCCUPANCY = 32         # blocks per SM on every target plait compiles for
-STAGES = (".finish", ".then")   # kernels a split reduction adds after the named one
 _TARGET = re.compile(r"sm_\d+a?$")
 
 
-def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None = None
-             ) -> Schedule:
+def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None = None,
+             target=None) -> Schedule:
     """Raise ScheduleError listing every problem; return the schedule when there is none.
 
     Without `graph` only what holds for any algorithm is checked (thread
     counts, vector widths, warps, reduction, dtypes); with it also the
     algorithm's name, its axes, its tensor names and the intermediates `save:`
-    names; with `kernel_names` also the keys under `kernels:`.
+    names; with `kernel_names` also the keys under `kernels:`; with `target` (an entry
+    of the target table, `plait.lowering.target.get_target(name)`) what that GPU takes.
     """
     p = Problems(schedule.source, schedule.lines)
     if schedule.target is not None and not _TARGET.match(schedule.target):
@@ -55,6 +58,8 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
         _check_against_graph(p, schedule, graph, specs)
     if kernel_names is not None:
         _check_kernel_names(p, schedule, list(kernel_names))
+    if target is not None:
+        check_for_target(p, specs, target)
     p.raise_if_any()
     return schedule
 
@@ -94,6 +99,10 @@ def _check_kernel(p: Problems, prefix: str, own: KernelSchedule, eff: KernelSche
         path = prefix + ("warps" if own.warps is not None or not own.block else "block")
         p.add(path, f"warps: {eff.warps} does not match the block's {eff.threads} threads "
               f"({eff.threads / WARP:g} warps)")
+    if eff.prefetch_into == "shared" and eff.prefetch == 0:
+        p.add(prefix + ("prefetch" if own.prefetch is not None else "prefetch_into"),
+              "prefetch_into: shared needs prefetch of 1 or more (rows waiting in shared "
+              "memory)")
     if own.reduction is not None and own.reduction not in REDUCTIONS:
         p.unknown(prefix + "reduction", own.reduction, REDUCTIONS, "reduction")
 
@@ -119,7 +128,7 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
         p.add("algorithm", f"this schedule is for {schedule.algorithm!r}, "
               f"not for the algorithm {graph.name!r}", schedule.algorithm, [graph.name])
     axes = tuple(graph.axis_order)
-    for prefix, own, _ in specs:
+    for prefix, own, eff in specs:
         tiles = own.contraction.tile if own.contraction is not None else ()
         stream = own.stream if isinstance(own.stream, tuple) else ()
         for key, entries in (("grid", own.grid), ("block", own.block),
@@ -127,6 +136,17 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
             for axis, _ in entries:
                 if axis not in axes:
                     p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)
+        # Each thread takes one element at least: tiles over every axis bound the block.
+        gridded = [t for a, t in eff.grid if a in axes]
+        need = eff.warps * WARP if _is_int(eff.warps) else WARP
+        if not eff.block and len(gridded) == len(axes) and all(map(_is_int, gridded)) and \
+                math.prod(gridded) < need:
+            p.add(prefix + "grid", f"a block of these tiles holds {math.prod(gridded)} elements, "
+                  f"fewer than the {need} threads it needs")
+        for axis, ab in own.block:
+            if axis in axes[:-1] and ab.vector != 1:
+                p.add(f"{prefix}block.{axis}.vector", f"only the contiguous (innermost) axis "
+                      f"{axes[-1]} of {graph.name} takes vectors; {axis} is not it")
     tensors = [prm.name for prm in graph.params if prm.axes is not None] + list(graph.outputs)
     for name, _ in schedule.dtypes.storage:
         if name != "default" and name not in tensors:
@@ -170,8 +190,9 @@ def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
     """Raise ScheduleError for a `kernels:` key that names none of `kernel_names` (the
     kernels the algorithm was cut into), full ('layernorm.bwd.dw') or short ('dw').
 
-    A split reduction's second stages (`<kernel>.finish`, `<kernel>.then`) count as
-    kernels even at sizes where the reduction is not split: the key stays meaningful.
+    The stages a split reduction adds (`<kernel>.finish`, `<kernel>.then`, any number
+    deep) count as kernels even at sizes where the reduction is not split
+    (`kernel_names.names_key`): the key stays meaningful.
     """
     p = Problems(schedule.source, schedule.lines)
     _check_kernel_names(p, schedule, list(kernel_names))
@@ -179,12 +200,8 @@ def check_kernel_keys(schedule: Schedule, kernel_names: Iterable[str]) -> None:
 
 
 def _check_kernel_names(p: Problems, schedule: Schedule, real: list[str]) -> None:
-    names = set(real) | {n + stage for n in real for stage in STAGES}
-    prefix = schedule.algorithm + "."
-    short = {n[len(prefix):] for n in names if n.startswith(prefix)}
     for key, _ in schedule.kernels:
-        if key not in names and key not in short:
-            # Listed and suggested: the kernels that exist, not the stages added above.
-            shown = [n[len(prefix):] if n.startswith(prefix) else n for n in real]
+        if not names_key(key, schedule.algorithm, real):
+            # Listed and suggested: the kernels that exist, not the stages they may add.
+            shown = [short_name(n, schedule.algorithm) for n in real]
             p.unknown(f"kernels.{key}", key, shown, "kernel")
-

@@ -14,11 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from plait.dsl.dtypes import DType
-from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, make_attrs, reductions, topo_order
 from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
+from plait.schedule.complete import complete
+from plait.schedule.errors import kernel_error
+from plait.schedule.kernel_names import FINISH, THEN, kernel_name, stage
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
 
@@ -109,28 +111,34 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
 
 
 def _kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
-    return graph.name if n_groups == 1 else f"{graph.name}.{group[0]}"
+    return kernel_name(graph.name, None if n_groups == 1 else group[0])
 
 
 def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
-                  itemsize: int) -> KernelSchedule:
+                  itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    if schedule is not None:
-        ks = schedule.for_kernel(name)
-        if ks.grid or ks.block:
-            return ks
-    return default_kernel_schedule(axes, reduced, itemsize, sizes)
+    return _completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
+                      name, axes, threads_per_sm)
 
 
-def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int) -> KernelSchedule:
+def _completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes,
+               threads_per_sm: int | None = None) -> KernelSchedule:
+    """What the schedule says for kernel `name`, the keys it leaves out from `default`."""
+    return default if schedule is None else \
+        complete(default, schedule.for_kernel(name), axes, threads_per_sm)
+
+
+def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int,
+                   schedule: Schedule | None = None) -> KernelSchedule:
     """Grid tiles spelled `wave` as numbers: the walked axis's extent over the blocks
     that make one wave with the other gridded axes (16384 rows: 125 each, 132 blocks)."""
     if not any(t == WAVE for _, t in ks.grid):
         return ks
     walked = [a for a, t in ks.grid if t == WAVE]
     if len(walked) > 1 or walked[0] not in axes or walked[0] in dict(ks.block):
-        raise PlaitError(f"kernel {name}: grid tile 'wave' is for the one axis a block "
-                         f"walks (gridded, without threads); {', '.join(walked)} is not")
+        raise kernel_error(schedule, name, f"grid.{walked[0]}", "grid tile 'wave' is for the "
+                           "one axis a block walks (gridded, without threads); "
+                           f"{', '.join(walked)} is not")
     others = 1
     for a, t in effective_grid(axes, ks).items():
         if t != WAVE:
@@ -144,11 +152,13 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                        policy: ResolvedPolicy, sizes: dict[str, int],
                        tensor_cores: str | None = None,
                        generic: dict[str, str] | None = None,
-                       multiprocessors: int = SMS) -> KernelGraph:
+                       multiprocessors: int = SMS,
+                       threads_per_sm: int | None = None) -> KernelGraph:
     """`tensor_cores`: the target's tensor-core instruction ('wgmma', 'mma_sync'), or None;
     with one, contraction kernels are kept whole for the tensor-core lowering, except those
     in `generic` (kernel name -> why not), which are planned like any other.
-    `multiprocessors`: the SMs a `wave` grid tile spreads over."""
+    `multiprocessors`: the SMs a `wave` grid tile spreads over; `threads_per_sm` the
+    target's, which a default block completing a schedule with `occupancy:` fits in."""
     buffers: list[Buffer] = []
     for p in graph.params:
         if p.is_tensor:
@@ -190,7 +200,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
                        lambda name: bool(tensor_cores) and name not in generic, tensor_cores,
-                       multiprocessors)
+                       multiprocessors, threads_per_sm)
     for buf, value in staged:
         planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
         planner.plan(buf, {buf: value})
@@ -281,12 +291,13 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
         planner.kernels.append(_stream_plan(buf, buf, st, schedule, instruction,
                                             graph.axis_order, sizes))
     for buf, value in sums.plain:
-        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes))
+        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes,
+                                                       planner.threads_per_sm))
     for names, ss in sums.sums:
         for t in ss.terms:
             buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
                                   t.out.axes, "output"))
-        name = f"{graph.name}.{names[0]}"
+        name = kernel_name(graph.name, names[0])
         planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
                                           sizes))
     for out, value in sums.finish:      # sums added up in another kernel: cast to dtype
@@ -294,24 +305,26 @@ def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> N
                               "output"))
         nodes = topo_order([value])
         axes = iteration_axes(nodes, graph.axis_order)
-        planner.plan(f"{graph.name}.{out}", {out: value},
-                     _short_rows(axes, sizes, 4) or _schedule_for(
-                         out, None, axes, nodes, sizes, planner._itemsize(nodes)))
+        name = kernel_name(graph.name, out)
+        if schedule is not None and schedule.has_entry(name):   # its own entry decides
+            planner.plan(name, {out: value})
+            continue
+        planner.plan(name, {out: value}, _short_rows(axes, sizes, 4) or _schedule_for(
+            name, None, axes, nodes, sizes, planner._itemsize(nodes)))
 
 
-def _rows_schedule(name, value: Node, schedule, graph, sizes) -> KernelSchedule | None:
+def _rows_schedule(name, value: Node, schedule, graph, sizes,
+                   threads_per_sm: int | None = None) -> KernelSchedule | None:
     """A row term (sum(dout * out, over=E)) reduces short rows: 128 threads take as many
     rows as fill them, each row spread over the threads its 16-byte vectors need, where
     the built-in schedule would give every row a block of 32 threads mostly idle."""
-    if schedule is not None and (schedule.for_kernel(name).grid or
-                                 schedule.for_kernel(name).block):
-        return None
     axes = iteration_axes(topo_order([value]), graph.axis_order)
     inner = axes[-1]
     if value.op != "sum" or value.attr("axis") != inner or len(axes) < 2:
         return None
     itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
-    return _short_rows(axes, sizes, itemsize)
+    short = _short_rows(axes, sizes, itemsize)
+    return None if short is None else _completed(short, schedule, name, axes, threads_per_sm)
 
 
 def _short_rows(axes, sizes, itemsize: int) -> KernelSchedule | None:
@@ -344,11 +357,11 @@ def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> K
         default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
     keys = dict(ks.stream).get(ss.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise PlaitError(f"kernel {name}: a streamed kernel takes rows per block in "
-                         f"multiples of 16 up to 256 (grid.{ss.rows}), not {rows}")
+        raise kernel_error(schedule, name, f"grid.{ss.rows}", "a streamed kernel takes rows "
+                           f"per block in multiples of 16 up to 256, not {rows}")
     if ks.stream and dict(ks.stream).keys() != {ss.keys}:
-        raise PlaitError(f"kernel {name}: the schedule streams {', '.join(dict(ks.stream))}, "
-                         f"but the sums run over {ss.keys}")
+        raise kernel_error(schedule, name, "stream", f"the schedule streams "
+                           f"{', '.join(dict(ks.stream))}, but the sums run over {ss.keys}")
     grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
     used = set(ss.batch + ss.folded) | {ss.rows, ss.keys} | \
         {t.axes[-1] for t in ss.residents + ss.streamed}
@@ -380,8 +393,8 @@ def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> 
     default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
     keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise PlaitError(f"kernel {name}: a streamed kernel takes query rows per block in "
-                         f"multiples of 16 up to 256 (grid.{st.rows}), not {rows}")
+        raise kernel_error(schedule, name, f"grid.{st.rows}", "a streamed kernel takes query "
+                           f"rows per block in multiples of 16 up to 256, not {rows}")
     grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
     axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
                  ((st.cols,) if st.cols else ()) or a in block_axes(topo_order([st.logits])))
@@ -415,8 +428,10 @@ def _substitute(outputs: dict[str, Node], replacement: dict[int, Node]) -> dict[
 
 class _Planner:
     def __init__(self, graph, schedule, policy, sizes, whole_contraction=lambda name: False,
-                 instruction: str | None = None, multiprocessors: int = SMS):
+                 instruction: str | None = None, multiprocessors: int = SMS,
+                 threads_per_sm: int | None = None):
         self.graph = graph
+        self.threads_per_sm = threads_per_sm
         self.multiprocessors = multiprocessors
         self.whole_contraction = whole_contraction
         self.instruction = instruction
@@ -450,16 +465,19 @@ class _Planner:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks, True))
             return
         ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
-                                              self._itemsize(nodes))
-        ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors)
+                                              self._itemsize(nodes), self.threads_per_sm)
+        ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))
             return
         if ks.reduction == "atomic":
-            raise PlaitError(f"kernel {name}: reduction 'atomic' is not supported yet; "
-                             "use 'two_stage'")
+            # Atomic sums are lowered for streamed kernels only; whether this reduction is
+            # split across blocks depends on the sizes, so it is found here, not validated.
+            raise kernel_error(self.schedule, name, "reduction", "reduction 'atomic' is not "
+                               f"supported for a sum split across blocks over "
+                               f"{', '.join(n.attr('axis') for n in cross)} yet; use 'two_stage'")
         # Split at the innermost cross-block reductions (those not fed by another one).
         cross_ids = {n.uid for n in cross}
         first = [n for n in cross
@@ -492,7 +510,7 @@ class _Planner:
         self.kernels.append(KernelPlan(name, tuple(direct.items()) +
                                        tuple(partial_outputs.items()), axes, ks))
         rest = {k: v for k, v in outputs.items() if k not in direct}
-        finish_name = f"{name}.finish"
+        finish_name = stage(name, FINISH)
         rewritten = _substitute(rest, replacement)
         reduced_axes = {a for r in first for a in r.axes} | set(part_axes.values())
         rest_axes = set(iteration_axes(topo_order(list(rewritten.values())), self.axis_order))
@@ -508,9 +526,9 @@ class _Planner:
                 self.widened[buf] = r.dtype
                 self.temps.append(Buffer(buf, held, r.axes, "temp"))
                 reread[r.uid] = Node("input", (), r.axes, held, make_attrs(name=buf), r.loc)
-            self.plan(finish_name, totals, self._finish_schedule(totals))
+            self.plan(finish_name, totals, self._finish_schedule(totals, finish_name))
             then = _substitute(rest, reread)
-            self.plan(f"{name}.then", then)
+            self.plan(stage(name, THEN), then)
             return
         self.plan(finish_name, rewritten, self._finish_schedule(rewritten, finish_name))
 
@@ -552,18 +570,24 @@ class _Planner:
         loaded = Node("input", (), partial.axes, DType.FP32, make_attrs(name=buf), r.loc)
         total = Node("sum", (loaded,), r.axes, r.dtype, make_attrs(axis=part_axis), r.loc)
         rest = _substitute(outputs, {r.uid: total})
-        finish = f"{name}.finish"
+        finish = stage(name, FINISH)
         self.plan(finish, rest, self._finish_schedule(rest, finish, registers=part_axis))
 
     def _finish_schedule(self, outputs: dict[str, Node], name: str | None = None,
                          registers: str | None = None) -> KernelSchedule:
-        """The schedule's entry for kernel `name` when it has one under `kernels:`, else:
+        """The schedule's entry for kernel `name` when it has one under `kernels:`, its keys
+        completed from the default; the default:
         rows of partials are few (hundreds): 64 threads down the rows, each holding at
         most 64 of them, and 4 x 4 columns per block; more rows than that are walked."""
-        if name is not None and self.schedule is not None:
-            short = name[len(self.graph.name) + 1:]
-            if any(k in dict(self.schedule.kernels) for k in (name, short)):
-                return self.schedule.for_kernel(name)
+        default = self._finish_default(outputs, registers)
+        if name is not None and self.schedule is not None and self.schedule.has_entry(name):
+            axes = iteration_axes(topo_order(list(outputs.values())), self.axis_order)
+            return complete(default, self.schedule.for_kernel(name), axes,
+                            self.threads_per_sm)
+        return default
+
+    def _finish_default(self, outputs: dict[str, Node], registers: str | None
+                        ) -> KernelSchedule:
         nodes = topo_order(list(outputs.values()))
         if registers is not None:
             # A few split-K partials: each block walks them all in a loop, adding in

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plait.dsl.errors import PlaitError
 from plait.schedule.model import AxisBlock, KernelSchedule, Schedule
+from plait.schedule.errors import kernel_error
+from plait.schedule.target_checks import occupancy_problem
 from plait.schedule.thread_load import check_thread_load
+
+from ..target import DEFAULT_TARGET, get_target
 
 
 @dataclass(frozen=True)
@@ -90,53 +93,61 @@ def effective_grid(axes: tuple[str, ...], ks: KernelSchedule) -> dict[str, int]:
 
 
 def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dict[str, int],
-                partial_axes: dict[str, str], schedule: Schedule | None = None) -> Layout:
-    """The layout of kernel `name` over `axes` under schedule `ks` for these sizes.
-    `schedule` (whence `ks` came) only places schedule errors at their file and line."""
+                partial_axes: dict[str, str], schedule: Schedule | None = None,
+                target=None) -> Layout:
+    """The layout of kernel `name` over `axes` under schedule `ks` for these sizes, on
+    `target` (its target-table entry; the default target's without).
+    `schedule` (whence `ks` came) only places schedule errors at their file and line:
+    what is refused here depends on the sizes or on the kernel's cut, which validation
+    does not know."""
+    target = target or get_target(DEFAULT_TARGET)
+
+    def refuse(key: str, message: str):
+        raise kernel_error(schedule, name, key, message)
     grid = effective_grid(axes, ks)
     block = {a: b for a, b in ks.block if a in axes}
     col_axis = axes[-1] if axes else None
     # A gridded axis with a tile but no threads is walked by the block, one index at a time.
     loops = [a for a in axes[:-1] if a not in block and grid[a] > 1]
     if len(loops) > 1:
-        raise PlaitError(f"kernel {name}: a block walks at most one axis in a loop, but "
-                         f"{', '.join(loops)} have grid tiles > 1 and no threads")
+        refuse("grid", f"a block walks at most one axis in a loop, but "
+               f"{', '.join(loops)} have grid tiles > 1 and no threads")
     loop = AxisMap(loops[0], grid[loops[0]], grid[loops[0]], 1, 1, grid[loops[0]], 0) \
         if loops else None
     row_candidates = [a for a in axes[:-1] if a in block and a not in loops]
     if len(row_candidates) > 1:
-        raise PlaitError(
-            f"kernel {name}: a block may cover more than one element of at most two axes, "
-            f"but {', '.join(row_candidates)} and {col_axis} all have more; grid the others "
-            f"with tile 1 (grid: {{{row_candidates[0]}: 1}})")
+        refuse("block", f"a block may cover more than one element of at most two axes, "
+               f"but {', '.join(row_candidates)} and {col_axis} all have more; grid the "
+               f"others with tile 1 (grid: {{{row_candidates[0]}: 1}})")
     maps = {}
     shift = 0
     for axis in ([col_axis] if col_axis else []) + row_candidates:
         ab = block.get(axis, AxisBlock())
         if axis != col_axis and ab.vector != 1:
-            raise PlaitError(f"kernel {name}: only the innermost axis {col_axis} can be "
-                             f"vectorized, not {axis}")
+            refuse(f"block.{axis}", f"only the innermost axis {col_axis} can be "
+                   f"vectorized, not {axis}")
         if not _pow2(ab.threads) or not _pow2(ab.vector):
-            raise PlaitError(f"kernel {name}: threads and vector along {axis} must be powers "
-                             f"of two (got {ab.threads} and {ab.vector})")
+            refuse(f"block.{axis}", f"threads and vector along {axis} must be powers "
+                   f"of two (got {ab.threads} and {ab.vector})")
         tile = grid.get(axis)
         extent = tile if tile is not None else sizes[axis]
         step = ab.threads * ab.vector
         if tile is not None and tile % step:
-            raise PlaitError(f"kernel {name}: grid tile {tile} of {axis} is not a multiple of "
-                             f"threads x vector = {step}")
+            refuse(f"grid.{axis}", f"grid tile {tile} of {axis} is not a multiple of "
+                   f"threads x vector = {step}")
         reps = -(-extent // step)
         if reps > 64:
-            raise PlaitError(f"kernel {name}: each thread would hold {reps} vectors along "
-                             f"{axis} (extent {extent}); give {axis} more threads or grid it")
+            refuse(f"block.{axis}", f"each thread would hold {reps} vectors along "
+                   f"{axis} (extent {extent}); give {axis} more threads or grid it")
         maps[axis] = AxisMap(axis, tile, extent, ab.threads, ab.vector, reps, shift)
         shift += _log2(ab.threads)
     threads = 1 << shift
-    if threads < 32 or threads > 1024:
-        raise PlaitError(f"kernel {name}: {threads} threads per block; plait needs 32 to 1024 "
-                         f"(schedule block: {ks.to_dict().get('block')})")
-    if ks.warps is not None and ks.warps * 32 != threads:
-        raise PlaitError(f"kernel {name}: warps {ks.warps} disagrees with {threads} threads")
+    if threads < target.warp or threads > target.threads_per_block:
+        refuse("block", f"{threads} threads per block over its axes {', '.join(axes)}; "
+               f"{target.name} takes {target.warp} to {target.threads_per_block} (schedule "
+               f"block: {ks.to_dict().get('block')}, grid: {ks.to_dict().get('grid')})")
+    if ks.warps is not None and ks.warps * target.warp != threads:
+        refuse("warps", f"warps {ks.warps} disagrees with {threads} threads")
     # Elements per thread over all axes, and the rows a walking block prefetches into
     # registers (prefetch_into: shared keeps them out of registers).
     held = {m.axis: m.reps * m.vector for m in maps.values()}
@@ -146,11 +157,11 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
                       schedule)
     gridded = tuple((a, grid[a]) for a in axes if a in grid)
     row = maps.get(row_candidates[0]) if row_candidates else None
-    if ks.occupancy is not None and ks.occupancy * threads > 2048:
-        raise PlaitError(f"kernel {name}: occupancy {ks.occupancy} blocks of {threads} threads "
-                         "exceeds the 2048 threads an SM holds")
+    too_many = occupancy_problem(target, ks.occupancy, threads)
+    if too_many:
+        refuse("occupancy", too_many)
     if ks.prefetch_into == "shared" and ks.prefetch == 0:
-        raise PlaitError(f"kernel {name}: prefetch_into: shared needs prefetch of 1 or more")
+        refuse("prefetch", "prefetch_into: shared needs prefetch of 1 or more")
     return Layout(row, maps.get(col_axis), gridded, threads, tuple(partial_axes.items()),
                   ks.occupancy, loop, ks.cache_hints,
                   1 if ks.prefetch is None else ks.prefetch, ks.prefetch_into or "registers")
