@@ -143,7 +143,9 @@ def gemm_backend(g: GemmProgram):
 
 
 def entry_name(kernel_name: str) -> str:
-    return "plait_" + "".join(c if c.isalnum() else "_" for c in kernel_name)
+    """The kernel's PTX symbol: the name is the user's text, and LLVM takes only ASCII
+    letters, digits and `_` in a symbol (a non-ASCII letter aborts it)."""
+    return "plait_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in kernel_name)
 
 
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
