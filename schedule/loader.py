@@ -20,6 +20,7 @@ from .model import Schedule
 
 _BAD = object()    # a value that could not be read (the problem is noted)
 _PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+_MERGE = "tag:yaml.org,2002:merge"
 _loaded: dict[tuple, Schedule] = {}   # (path, mtime_ns, size) -> Schedule
 
 
@@ -107,7 +108,14 @@ class _Walker:
             return None
         if isinstance(node, MappingNode):
             own = self.own[id(node)]
-            self.constructor.flatten_mapping(node)  # resolve '<<: *anchor' merges
+            merges = [_line(k) for k, _ in node.value if k.tag == _MERGE]
+            try:
+                self.constructor.flatten_mapping(node)  # resolve '<<: *anchor' merges
+            except yaml.constructor.ConstructorError:   # '<<: [1, 2]'
+                self.problems.add(f"{path}.<<" if path else "<<", "a merge takes a mapping "
+                                  "or a list of mappings (<<: *name)",
+                                  line=(merges or [_line(node)])[0])
+                return None
             out: dict = {}
             merged: set = set()  # keys from a merge, which the mapping's own keys override
             for key_node, value_node in node.value:
