@@ -25,7 +25,7 @@ from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import make_layout
 from .graph.policy import resolve
 from .target import DEFAULT_TARGET, get_target
-from .limits import SMS, STATIC_SHARED_LIMIT
+from .limits import SMS, STATIC_SHARED_LIMIT, check_extents, check_grids
 from .tileir.thread import ThreadProgram, build_thread_program
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
@@ -53,6 +53,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
     get_target(target)
+    check_extents(sizes)
     if schedule is not None:   # ranges hold on every path, not only through plait.run
         validate(schedule)
     policy = resolve(schedule.dtypes if schedule is not None else None)
@@ -169,7 +170,9 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
                                       t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
                                       grid_xyz=True))
     kg = low.kernel_graph
-    return Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+    program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+    check_grids(program, sizes, multiprocessors)
+    return program
 
 
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],

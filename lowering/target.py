@@ -31,6 +31,8 @@ class Target:
     fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
     contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
     registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
+    max_grid_x: int = 2**31 - 1        # blocks a launch may have along x
+    max_grid_yz: int = 65535           # and along y, and along z
     # A streamed softmax-weighted contraction (attention), where the schedule leaves it
     # open: query rows per block, keys per loop step (fewer past a head of 64, whose
     # accumulators take more registers), query rows per warp (16 past a head of 128).
