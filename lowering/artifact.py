@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 
 from plait.dsl.dtypes import DType, dtype_of
 
+from .target import get_target
+
 
 @dataclass(frozen=True)
 class Buffer:
@@ -52,8 +54,8 @@ class CompiledKernel:
     shared_bytes: int = 0   # shared memory per block, all of it
     dynamic_shared: int = 0  # of which dynamic: the launch must ask for this many bytes
     persistent: bool = False  # at most one block per multiprocessor, each walking tiles
-    # The innermost grid axis's blocks on x and the other axes' on y (and z, past
-    # MAX_GRID_Y of them), so that a block finds its indices without dividing by a
+    # The innermost grid axis's blocks on x and the other axes' on y (and z, past the
+    # target's max_grid_yz of them), so that a block finds its indices without dividing by a
     # run-time count. Otherwise one linear index on x.
     grid_xyz: bool = False
 
@@ -61,24 +63,21 @@ class CompiledKernel:
                multiprocessors: int | None = None) -> int | tuple[int, int, int]:
         counts = [-(-sizes[axis] // tile) for axis, tile in self.grid]
         if self.grid_xyz and len(counts) > 1:
-            return split_grid(counts)
+            return split_grid(counts, get_target(self.target).max_grid_yz)
         total = math.prod(counts)
         if self.persistent and multiprocessors:
             total = min(total, multiprocessors)
         return max(total, 1) if self.persistent else total
 
 
-MAX_GRID_Y = 65535      # the launch limit of gridDim.y (and z)
-
-
-def split_grid(counts: list[int]) -> int | tuple[int, int, int]:
+def split_grid(counts: list[int], max_yz: int) -> int | tuple[int, int, int]:
     """Launch dimensions for blocks per grid axis (outermost first): the innermost on x,
-    the product of the others over y and z. z > 1 leaves some blocks past the end (the
-    kernel returns at once in them); 0 when any axis is empty."""
+    the product of the others over y (at most `max_yz`) and z. z > 1 leaves some blocks
+    past the end (the kernel returns at once in them); 0 when any axis is empty."""
     rest = math.prod(counts[:-1])
     if rest == 0 or counts[-1] == 0:
         return 0
-    y = min(rest, MAX_GRID_Y)
+    y = min(rest, max_yz)
     return counts[-1], y, -(-rest // y)
 
 

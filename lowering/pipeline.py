@@ -26,7 +26,7 @@ from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import make_layout
 from .graph.policy import resolve
 from .target import DEFAULT_TARGET, get_target
-from .limits import SMS, STATIC_SHARED_LIMIT
+from .limits import SMS, STATIC_SHARED_LIMIT, check_extents, check_grids
 from .tileir.thread import ThreadProgram, build_thread_program
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
@@ -54,6 +54,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
     spec = get_target(target)
+    check_extents(sizes)
     if schedule is not None:   # ranges, and what the target takes, on every path
         validate(schedule, target=spec)
     policy = resolve(schedule.dtypes if schedule is not None else None)
@@ -150,7 +151,9 @@ def gemm_backend(g: GemmProgram):
 
 
 def entry_name(kernel_name: str) -> str:
-    return "plait_" + "".join(c if c.isalnum() else "_" for c in kernel_name)
+    """The kernel's PTX symbol: the name is the user's text, and LLVM takes only ASCII
+    letters, digits and `_` in a symbol (a non-ASCII letter aborts it)."""
+    return "plait_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in kernel_name)
 
 
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
@@ -174,7 +177,9 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
                                       t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
                                       grid_xyz=True))
     kg = low.kernel_graph
-    return Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+    program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+    check_grids(program, sizes, multiprocessors)
+    return program
 
 
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],

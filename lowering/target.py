@@ -39,6 +39,8 @@ class Target:
     # mma_sync's 32-row warp tiles and K rows of whole 64-byte swizzle units, wgmma's
     # 64-row warpgroups and 128-byte swizzle rows (32 fp32, 64 bf16, 128 fp8 elements).
     contraction_tile_quantum: int = 32
+    max_grid_x: int = 2**31 - 1        # blocks a launch may have along x
+    max_grid_yz: int = 65535           # and along y, and along z
     # A streamed softmax-weighted contraction (attention), where the schedule leaves it
     # open: query rows per block, keys per loop step (fewer past a head of 64, whose
     # accumulators take more registers), query rows per warp (16 past a head of 128).

@@ -26,6 +26,7 @@ from plait.dsl.reference import bind_sizes
 from . import arrays, binding
 from . import cache as program_cache
 
+from plait.lowering.limits import check_grids
 from plait.lowering.target import DEFAULT_TARGET  # one definition, in the target table
 DEVICES = ("auto", "cpu", "gpu")
 _programs: dict[tuple, object] = {}   # (graph, schedule, sizes, aligned, target) -> Program
@@ -191,6 +192,7 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     program = program_cache.get_or_build(
         key_parts, lambda: pipeline.compile_program(graph, schedule, sizes, aligned, target,
                                                     sms))
+    check_grids(program, sizes, sms)     # a program built for other sizes may not launch
     if len(_programs) >= _PROGRAMS_KEPT:
         _programs.pop(next(iter(_programs)))
     _programs[memo] = program

@@ -14,6 +14,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
+from plait.lowering.limits import check_extents
 
 from .arrays import ArrayInfo
 
@@ -129,9 +130,9 @@ def size_parameter(kernel, axis: str, sizes: dict[str, int]) -> int:
         raise PlaitError(f"kernel {kernel.name} takes the size of axis {axis!r}, "
                          f"which is unknown (have: {sorted(sizes)})")
     extent = int(sizes[axis])
-    if not 0 <= extent < 2**31:
-        raise PlaitError(f"axis {axis} has extent {extent}; kernels index with "
-                         "32-bit integers (at most 2**31 - 1)")
+    if extent < 0:
+        raise PlaitError(f"axis {axis} has extent {extent}")
+    check_extents({axis: extent})
     return extent
 
 

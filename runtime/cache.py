@@ -9,8 +9,10 @@ Entries live under $PLAIT_CACHE_DIR, else $XDG_CACHE_HOME/plait, else
 The HMAC-SHA256 covers the key and the body, under a random per-user secret
 kept in the folder (`.secret`, mode 0600): an entry edited with a recomputed
 plain hash, or copied or renamed over another key, fails the check and is
-treated as a miss (recompiled and atomically overwritten). Symlinked entries
-and entries, secrets or folders owned by another user are never read; the
+treated as a miss (recompiled and atomically overwritten). Symlinked entries,
+anything that is not a regular file (a folder, a FIFO), and entries, secrets or
+folders owned by another user are never read; a secret that is not a regular file
+is refused (compiling in memory, with a warning) and left in place; the
 folder is created 0700 and every file 0600. This defends against mistakes and
 against other local users who can write the folder; it does not defend
 against anyone who can read your files as you (they can read the secret).
@@ -47,6 +49,7 @@ except ImportError:  # not POSIX: the atomic rename alone keeps entries whole
 MAGIC = "plait-program v2"
 SECRET_NAME = ".secret"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def cache_dir() -> Path:
@@ -98,16 +101,41 @@ def _mine(st: os.stat_result) -> bool:
 
 
 def _read_own_file(path: Path) -> bytes | None:
-    """A regular file's bytes when it is ours and no symlink; else None (never followed)."""
+    """A regular file's bytes when it is ours and no symlink; else None (never followed).
+
+    Only a regular file is opened: opening a FIFO waits for a writer forever, and a
+    folder cannot be read. O_NONBLOCK keeps a FIFO put there after the lstat from
+    blocking the open, and the fstat must find the file the lstat found."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        before = os.lstat(path)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or not _mine(st) or os.path.islink(path):
-            return None
-        return f.read()
+    if not stat.S_ISREG(before.st_mode):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and os.path.samestat(st, before) and _mine(st):
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.read()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return None
+
+
+def special_file(path: Path) -> bool:
+    """Whether something other than a regular file or a symlink sits at `path` (a
+    folder, FIFO, socket or device): never opened, and not ours to remove."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode))
 
 
 class ProgramCache:
@@ -146,6 +174,9 @@ class ProgramCache:
             return None
         path = self.directory / SECRET_NAME
         data = _read_own_file(path)
+        if data is None and special_file(path):
+            self._warn(OSError(f"{path} is not a regular file"))
+            return None
         if data is None or len(data) < 32:
             if os.path.lexists(path):   # someone else's, a symlink or damaged: replace it
                 try:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import SECRET_NAME, _read_own_file, cache_dir, decode_entry
+from .cache import SECRET_NAME, _read_own_file, cache_dir, decode_entry, special_file
 
 ENTRY_SUFFIX = ".plait"
 
@@ -29,6 +29,7 @@ class Entry:
     algorithm: str | None      # None when the entry does not verify (damaged, forged, foreign)
     target: str | None
     kernels: int
+    regular: bool = True       # False: a folder, FIFO or the like, never opened
 
 
 def folder(directory: str | os.PathLike | None = None) -> Path:
@@ -60,7 +61,8 @@ def entries(directory: str | os.PathLike | None = None) -> list[Entry]:
         out.append(Entry(key, path, st.st_size, st.st_mtime,
                          program.algorithm if program else None,
                          program.target if program else None,
-                         len(program.kernels) if program else 0))
+                         len(program.kernels) if program else 0,
+                         stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)))
     return sorted(out, key=lambda e: (e.mtime, e.key))
 
 
@@ -115,20 +117,28 @@ def info_lines(directory: str | os.PathLike | None = None) -> list[str]:
     return [
         f"location: {where}" + ("" if where.is_dir() else " (not created yet)"),
         f"entries: {len(found)}" + (f" ({unverified} unverified)" if unverified else ""),
+        *_secret_note(where),
         f"size: {human_size(total_bytes(where))}",
         f"compiler fingerprint: {compiler_fingerprint()}",
         f"plait version: {plait.__version__}",
     ]
 
 
+def _secret_note(where: Path) -> list[str]:
+    path = where / SECRET_NAME
+    return [f"secret: {path} is not a regular file; no entry can be verified, and the "
+            "cache is not used until it is removed"] if special_file(path) else []
+
+
 def list_lines(directory: str | os.PathLike | None = None) -> list[str]:
     found = entries(directory)
     if not found:
         return [f"no entries in {folder(directory)}"]
-    lines = []
+    lines = _secret_note(folder(directory))
     for e in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.mtime))
         what = (f"{e.algorithm} {e.target} {e.kernels} kernel{'s' * (e.kernels != 1)}"
-                if e.algorithm else "unverified (damaged, or not written by this user)")
+                if e.algorithm else "unverified (damaged, or not written by this user)"
+                if e.regular else "unverified (not a regular file; never read)")
         lines.append(f"{e.key[:16]}  {when}  {human_size(e.size):>10}  {what}")
     return lines

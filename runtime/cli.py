@@ -185,6 +185,8 @@ def cmd_run(args) -> int:
     from . import api
     from .tolerance import max_rel_err, nonfinite_note, tolerance
     _check_target(args.target)
+    if args.seed < 0:                 # numpy's generator takes no negative seed
+        raise PlaitError(f"--seed: {args.seed} must be a non-negative integer")
     algo = load_algorithm(args.file)
     gpu = api.use_gpu(args.device, False)
     arch = args.target or (api.gpu_target() if gpu else api.DEFAULT_TARGET)

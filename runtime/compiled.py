@@ -136,7 +136,7 @@ class Compiled(TorchPath):
             driver.set_dynamic_shared(func, kernel.dynamic_shared, kernel.name, dev)
             grid, block = driver.check_launch(
                 kernel.blocks(full, sms if kernel.persistent else None), kernel.threads,
-                kernel.name)
+                kernel.name, kernel.target)
             packed = packing.PackedArgs(kernel, full, self.scalars, slots, self._pointers)
             self._packed.append(packed)
             self._launches.append((func, grid, block, int(kernel.dynamic_shared),

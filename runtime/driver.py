@@ -14,7 +14,7 @@ import hashlib
 import threading
 
 from plait.dsl.errors import PlaitError
-from plait.lowering.artifact import MAX_GRID_Y
+from plait.lowering.target import DEFAULT_TARGET, get_target
 
 
 class CudaError(PlaitError):
@@ -336,11 +336,14 @@ def launch(func, grid, block, args: list[tuple[object, type]], *, shared: int = 
            f"launching {gx}x{gy}x{gz} blocks of {bx * by * bz} threads (cuLaunchKernel)", kernel)
 
 
-def check_launch(grid, block, kernel: str | None = None) -> tuple[tuple, tuple]:
-    """The launch dimensions as two 3-tuples, refused when past the GPU's limits."""
+def check_launch(grid, block, kernel: str | None = None,
+                 target: str = DEFAULT_TARGET) -> tuple[tuple, tuple]:
+    """The launch dimensions as two 3-tuples, refused when past the GPU's limits (the
+    target table's)."""
     gx, gy, gz = _dim3(grid)
     bx, by, bz = _dim3(block)
-    if gx > 2**31 - 1 or gy > MAX_GRID_Y or gz > MAX_GRID_Y:
+    t = get_target(target)
+    if gx > t.max_grid_x or gy > t.max_grid_yz or gz > t.max_grid_yz:
         raise CudaError(f"kernel {kernel}: grid {gx}x{gy}x{gz} exceeds the GPU's grid limits")
     if bx * by * bz > 1024:
         raise CudaError(f"kernel {kernel}: {bx * by * bz} threads per block; the limit is 1024")

@@ -13,11 +13,30 @@ from collections.abc import Iterable, Mapping
 from plait.dsl.errors import PlaitError
 
 
+# The most of one value or key a message echoes; a problem line is cut at
+# MAX_PROBLEM_CHARS whatever it holds (a megabyte scalar is named, never echoed).
+SHOWN_CHARS = 60
+MAX_PROBLEM_CHARS = 1000
+
+
+def shown(value) -> str:
+    """repr(value), cut to its first SHOWN_CHARS characters when longer."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"   # repr may refuse past 4300 digits
+    return clipped(repr(value))
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text`, or its first `limit` characters and how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class ScheduleError(PlaitError):
     """One or more problems in a schedule, one per line of the message."""
 
     def __init__(self, problems: str | Iterable[str]):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.problems = [clipped(p, MAX_PROBLEM_CHARS)
+                         for p in ([problems] if isinstance(problems, str) else problems)]
         super().__init__("\n".join(self.problems))
 
 
@@ -31,6 +50,8 @@ def suggest(name: str, choices: Iterable[str]) -> str | None:
     lowered = {str(c).lower(): str(c) for c in choices}
     if name in lowered:
         return lowered[name]
+    if len(name) > 3 * max(map(len, lowered), default=0):
+        return None       # too far from every choice by both measures below (and slow)
     budget = max(1, len(name) // 3)
     scored = [(_typos(name, c), -difflib.SequenceMatcher(None, name, c).ratio(), c)
               for c in lowered]
@@ -70,6 +91,9 @@ def where(source: str | None, lines: Mapping[str, int], path: str,
     head = ""
     if source:
         head = f"{source}:{line}: " if line is not None else f"{source}: "
+    if len(path) > SHOWN_CHARS:          # a key may be a megabyte long
+        path = ".".join(k if len(k) <= SHOWN_CHARS else k[:SHOWN_CHARS] + "..."
+                        for k in path.split("."))
     return head + (f"{path}: " if path else "")
 
 
@@ -98,7 +122,7 @@ class Problems:
                 of: str = "") -> None:
         choices = list(choices)
         known = f"; known: {', '.join(map(str, choices))}" if choices else ""
-        self.add(path, f"unknown {what} {name!r}{' of ' + of if of else ''}{known}",
+        self.add(path, f"unknown {what} {shown(name)}{' of ' + of if of else ''}{known}",
                  name, choices)
 
     def raise_if_any(self) -> None:
@@ -114,12 +138,13 @@ def in_range(p: Problems, path: str, value, lo: int, hi: int, what: str,
     a value past 32 bits would otherwise be truncated silently in the generated code.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        p.add(path, f"{what} must be an integer, not {type(value).__name__} {value!r}")
+        p.add(path, f"{what} must be an integer, not {type(value).__name__} {shown(value)}")
         return False
     if value < lo:
-        p.add(path, f"{what} is at least {lo}, not {value}")
+        p.add(path, f"{what} is at least {lo}, not {shown(value)}")
     elif value > hi:
-        p.add(path, f"{what} is at most {hi}{' (' + why + ')' if why else ''}, not {value}")
+        p.add(path, f"{what} is at most {hi}{' (' + why + ')' if why else ''}, "
+              f"not {shown(value)}")
     return lo <= value <= hi
 
 

@@ -13,13 +13,14 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .errors import Problems, ScheduleError
-from .yaml_limits import check_expansion
+from .errors import SHOWN_CHARS, Problems, ScheduleError, clipped, shown
+from .yaml_limits import MAX_BYTES, check_expansion, check_size
 from .model import Schedule
 
 
 _BAD = object()    # a value that could not be read (the problem is noted)
 _PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+_MERGE = "tag:yaml.org,2002:merge"
 _loaded: dict[tuple, Schedule] = {}   # (path, mtime_ns, size) -> Schedule
 
 
@@ -36,8 +37,11 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
         if path.endswith(".py"):
             _loaded[key] = _load_python(path)
         else:
+            check_size(st.st_size, path)
             with open(path, "rb") as f:
-                _loaded[key] = parse_schedule(_decode(f.read(), path), source=path)
+                raw = f.read(MAX_BYTES + 1)      # a file may grow, or not say its size
+            check_size(len(raw), path)
+            _loaded[key] = parse_schedule(_decode(raw, path), source=path)
     return _loaded[key]
 
 
@@ -59,6 +63,8 @@ def parse_schedule(text: str, source: str = "<string>") -> Schedule:
 
 def read_yaml(text: str, source: str = "<string>") -> tuple[object, dict[str, int]]:
     """Plain data and a table key path -> 1-based line ('' is the document itself)."""
+    if len(text) > MAX_BYTES // 4:       # 4 bytes a character at most: encode only then
+        check_size(len(text.encode("utf-8", "surrogatepass")), source)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as e:
@@ -95,19 +101,26 @@ class _Walker:
             return self.constructor.construct_object(node)
         except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
             # An unknown tag ('!custom'), or a value its tag cannot read ('!!int x').
-            why = getattr(e, "problem", None) or str(e)
+            why = clipped(getattr(e, "problem", None) or str(e), 2 * SHOWN_CHARS)
             self.problems.add(path, f"cannot read this value: {why}", line=_line(node))
             return _BAD
 
     def value(self, node, path: str, lines: dict[str, int]):
         if isinstance(node, (MappingNode, SequenceNode)) and node.tag not in _PLAIN:
             # A tag on a mapping or list ('!custom {...}', '!!set') would be dropped silently.
-            self.problems.add(path, f"unknown YAML tag {node.tag!r}; a schedule holds plain "
+            self.problems.add(path, f"unknown YAML tag {shown(node.tag)}; a schedule holds plain "
                               "mappings, lists and values", line=_line(node))
             return None
         if isinstance(node, MappingNode):
             own = self.own[id(node)]
-            self.constructor.flatten_mapping(node)  # resolve '<<: *anchor' merges
+            merges = [_line(k) for k, _ in node.value if k.tag == _MERGE]
+            try:
+                self.constructor.flatten_mapping(node)  # resolve '<<: *anchor' merges
+            except yaml.constructor.ConstructorError:   # '<<: [1, 2]'
+                self.problems.add(f"{path}.<<" if path else "<<", "a merge takes a mapping "
+                                  "or a list of mappings (<<: *name)",
+                                  line=(merges or [_line(node)])[0])
+                return None
             out: dict = {}
             merged: set = set()  # keys from a merge, which the mapping's own keys override
             for key_node, value_node in node.value:
@@ -119,7 +132,8 @@ class _Walker:
                     continue
                 sub = f"{path}.{key}" if path else str(key)
                 if key in out and key not in merged:
-                    self.problems.add(sub, f"key {key!r} given twice", line=_line(key_node))
+                    self.problems.add(sub, f"key {shown(key)} given twice",
+                                      line=_line(key_node))
                     continue
                 if id(key_node) not in own:
                     merged.add(key)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from plait.dsl.dtypes import NAMES, DType, dtype_of
 
 from .contraction import check_contraction
-from .errors import Problems
+from .errors import Problems, shown
 from .model import KERNEL_KEYS, TOP_KEYS
 
 AXIS_KEYS = ("threads", "vector")
@@ -184,5 +184,5 @@ def _kind(value) -> str:
     if value is None:
         return "empty"
     if isinstance(value, (str, int, float, bool)):
-        return f"{type(value).__name__} {value!r}"
+        return f"{type(value).__name__} {shown(value)}"
     return type(value).__name__

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 
 from .contraction import check_contraction_values
-from .errors import Problems, in_range
+from .errors import Problems, in_range, shown
 from .kernel_names import names_key, short_name
 from .model import KernelSchedule, Schedule
 from .schema import MAX_PREFETCH
@@ -47,7 +47,8 @@ def validate(schedule: Schedule, graph=None, kernel_names: Iterable[str] | None 
     """
     p = Problems(schedule.source, schedule.lines)
     if schedule.target is not None and not _TARGET.match(schedule.target):
-        p.add("target", f"{schedule.target!r} is not a GPU architecture like 'sm_90a' or 'sm_80'")
+        p.add("target", f"{shown(schedule.target)} is not a GPU architecture like 'sm_90a' "
+              "or 'sm_80'")
     specs = [("", schedule.default, schedule.default)]
     specs += [(f"kernels.{name}.", ks, schedule.default.merged(ks))
               for name, ks in schedule.kernels]
@@ -125,7 +126,7 @@ def _check_dtypes(p: Problems, schedule: Schedule) -> None:
 
 def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
     if schedule.algorithm != graph.name:
-        p.add("algorithm", f"this schedule is for {schedule.algorithm!r}, "
+        p.add("algorithm", f"this schedule is for {shown(schedule.algorithm)}, "
               f"not for the algorithm {graph.name!r}", schedule.algorithm, [graph.name])
     axes = tuple(graph.axis_order)
     for prefix, own, eff in specs:
@@ -181,8 +182,8 @@ def _check_save_names(p: Problems, specs, forward) -> None:
         for i, label in enumerate(own.save):
             if isinstance(label, str) and label not in known:
                 listed = f"known: {', '.join(known)}" if known else "it names none"
-                p.add(f"{prefix}save.{i}", f"{label!r} names no intermediate of "
-                      f"{forward.name} ({listed}); label one with name(x, {label!r})",
+                p.add(f"{prefix}save.{i}", f"{shown(label)} names no intermediate of "
+                      f"{forward.name} ({listed}); label one with name(x, {shown(label)})",
                       label, known)
 
 

@@ -1,4 +1,5 @@
-"""Bounds on a composed YAML document before it is turned into data.
+"""Bounds on a YAML schedule: its size before it is parsed, then the composed document
+before it is turned into data.
 
 YAML aliases share nodes, so a kilobyte of `&a`/`*a` can stand for a billion
 values ("billion laughs"), and `save: &a [*a]` for an endless list. A schedule
@@ -17,8 +18,17 @@ from yaml.nodes import MappingNode, SequenceNode
 
 from .errors import ScheduleError
 
+MAX_BYTES = 1 << 20    # a file or text, checked before parsing; shipped ones are < 2 KiB
 MAX_NODES = 10_000     # values in the document with every alias expanded
 MAX_DEPTH = 32         # nesting; a schedule needs 6 (kernels.k.contraction.tile.M)
+
+
+def check_size(size: int, source: str) -> None:
+    """Refuse a schedule of more than MAX_BYTES before reading or parsing it: parsing
+    takes memory and time in proportion, and the limits below come after parsing."""
+    if size > MAX_BYTES:
+        raise ScheduleError(f"{source}:1: the schedule is larger than {MAX_BYTES} bytes "
+                            "(1 MiB), the most a schedule may be")
 
 
 def check_expansion(root, source: str) -> dict[int, set[int]]:

@@ -82,7 +82,7 @@ class _Emitter(ReductionEmitter):
     def __init__(self, prog: ThreadProgram, entry: str, target: str):
         self.prog = prog
         self.lay = prog.layout
-        self.module = ir.Module(name=prog.name)
+        self.module = ir.Module(name=entry)   # the user's name may hold a newline
         self.module.triple = "nvptx64-nvidia-cuda"
         self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
         self.intr = L.Intrinsics(self.module)

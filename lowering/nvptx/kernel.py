@@ -32,7 +32,7 @@ class KernelEmitter:
 
     def __init__(self, g, entry: str, tensormaps: tuple[str, ...], smem_align: int):
         self.g = g
-        self.module = ir.Module(name=g.name)
+        self.module = ir.Module(name=entry)   # the user's name may hold a newline
         self.module.triple = "nvptx64-nvidia-cuda"
         self.module.data_layout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
         self.intr = L.Intrinsics(self.module)

@@ -277,12 +277,16 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
     shared-memory words the exchange needs."""
     first = group[0]
     axis = first.attr("axis")
-    keep = tuple(a for a in first.axes if a != first.attr("partial"))
+
+    def keep(op: TileOp) -> tuple[str, ...]:
+        # Each reduction of the group keeps its own axes: reductions over one axis of
+        # values of different ranks ([B,M] and [B,M,N] over M) share a round.
+        return tuple(a for a in op.axes if a != op.attr("partial"))
 
     def emit(name, args, op, **attrs) -> int:
         base = {"op": op.op, "axis": axis}
         base.update(attrs)
-        ops.append(TileOp(len(ops), name, tuple(args), keep, op.dtype,
+        ops.append(TileOp(len(ops), name, tuple(args), keep(op), op.dtype,
                           tuple(sorted((k, v) for k, v in base.items() if v is not None))))
         return len(ops) - 1
 
@@ -307,7 +311,8 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
         for v, op in zip(values, group):
             slots.append(words)
             emit("smem_put", (v, before), op, slot=words)
-            words += layout.threads * int(np.prod(layout.fragment(keep))) * smem_words(op.dtype)
+            per_thread = int(np.prod(layout.fragment(keep(op))))
+            words += layout.threads * per_thread * smem_words(op.dtype)
         after = emit("barrier", [len(ops) - 1], first)
         values = [emit("smem_fold", (after,), op, slot=slot, bits=smem_bits)
                   for op, slot in zip(group, slots)]

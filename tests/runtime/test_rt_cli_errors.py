@@ -50,6 +50,7 @@ def cpu_reference(monkeypatch):
     (["--shape", "M=0"], "--shape: M=0 must be a positive integer"),
     (["--shape", "M=abc"], "--shape: M=abc is not an integer"),
     (["--scalar", "s=abc"], "--scalar: s=abc is not a number"),
+    (["--seed", "-1"], "--seed: -1 must be a non-negative integer"),
     (["--target", "sm_75"], "target 'sm_75' is not supported; plait compiles for"),
     (["--shape", "N=100000000000"], "memory is available"),
 ])
