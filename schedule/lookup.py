@@ -80,11 +80,19 @@ def candidates(algorithm: str, arch: str, search_paths=()) -> Iterator[tuple[Pat
         if place.is_file():
             yield place, False
             continue
+        if not _plain_file_name(algorithm):
+            continue
         for sub in (*chain, ""):  # '<arch>/<algorithm>.yaml', then a flat '<algorithm>.yaml'
             for suffix in SUFFIXES:
                 path = place / sub / f"{algorithm}{suffix}"
                 if path.is_file():
                     yield path, True
+
+
+def _plain_file_name(name: str) -> bool:
+    """Whether `name` can name a file inside a folder: a name holding a path separator
+    ('../x', 'a/b') would reach files outside the schedule folders, so it names none."""
+    return bool(name) and not any(c in name for c in ("/", "\\", "\0"))
 
 
 def find_schedule(algorithm: str, arch: str, search_paths=()) -> Schedule | None:

@@ -138,3 +138,13 @@ def test_shipped_files_all_load():
     for path in sorted(shipped_folder().glob("*/*.yaml")):
         schedule = load_schedule(path)
         assert find_schedule(schedule.algorithm, path.parent.name) == schedule
+
+
+@pytest.mark.parametrize("name", ["../outside", "sub/probe", "..\\outside"])
+def test_a_name_with_a_path_separator_names_no_file(name, tmp_path, shipped):
+    """An algorithm named '../outside' must not read a file beside the schedule folders."""
+    inside = tmp_path / "user"
+    (inside / "sm_90").mkdir(parents=True)
+    put(tmp_path, "", algorithm=name, name="outside")           # tmp_path/outside.yaml
+    put(inside, "sm_90", algorithm=name, name="probe")          # user/sm_90/probe.yaml
+    assert found(name, "sm_90", search_paths=[inside]) is None
