@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import stat
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -32,6 +33,8 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
     """
     path = os.fspath(path)
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):    # a FIFO or device would block the read forever
+        raise ScheduleError(f"{path}: not a regular file, so not read as a schedule")
     key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
     if key not in _loaded:
         if path.endswith(".py"):

@@ -105,3 +105,29 @@ def test_every_problem_line_is_bounded():
     """A message built anywhere is cut: the limit holds for problems not yet written."""
     err = ScheduleError(["s.yaml:1: " + "z" * 10 ** 6, "s.yaml:2: short"])
     assert len(err.problems[0]) < MAX_PROBLEM_CHARS + 40 and err.problems[1] == "s.yaml:2: short"
+
+
+def test_a_fifo_or_folder_is_refused_without_reading(tmp_path):
+    """Opening a FIFO for reading blocks until a writer comes: it must be refused first."""
+    import os
+    import threading
+
+    from plait.schedule import ScheduleError, load_schedule
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def load():
+        try:
+            load_schedule(fifo)
+        except ScheduleError as e:
+            outcome.append(str(e))
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():            # unblock the reader so the test process can end
+        with open(fifo, "w"):
+            pass
+    assert outcome and "not a regular file" in outcome[0], outcome
+    with pytest.raises(ScheduleError, match="not a regular file"):
+        load_schedule(tmp_path)
