@@ -22,6 +22,7 @@ from . import ops as L
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
+from .memo import per_emitter
 from ..limits import STATIC_SHARED_LIMIT
 from .reduce import ReductionEmitter
 from .rotate import apply_rotation, rotated_source
@@ -175,7 +176,7 @@ class _Emitter(ReductionEmitter):
             return L.i32(0)
         return self.b.mul(self.block_index[axis], L.i32(tile))
 
-    @functools.cache
+    @per_emitter
     def index(self, axis: str, r: int, c: int, v: int, ahead=0):
         """Element index along `axis` of fragment element (r, c, v) of this thread.
 
@@ -220,14 +221,14 @@ class _Emitter(ReductionEmitter):
             return r * m.threads + m.threads - 1 < m.extent
         return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
 
-    @functools.cache
+    @per_emitter
     def in_bounds(self, axes: tuple, r: int, c: int, v: int, ahead=0):
         b = self.b
         masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
                  for a in axes if not self.always_in_bounds(a, r, c, v)]
         return _mask_and(b, masks)
 
-    @functools.cache
+    @per_emitter
     def owner(self, axes: tuple):
         b = self.b
         masks = [b.icmp_unsigned("==", self.thread_index[m.axis], L.i32(0))
