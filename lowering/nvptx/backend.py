@@ -9,16 +9,15 @@ branches and the vector width is exactly what the thread program says.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 
 from plait.dsl.dtypes import DType
 
 from . import ops as L
+from . import ptx_pool
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
@@ -34,12 +33,6 @@ from ..target import get_target
 from ..tileir.thread import ThreadProgram
 from ..tileir.tile import register_dtype
 
-
-
-@functools.cache
-def _init_llvm() -> None:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
 
 
 def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
@@ -64,15 +57,8 @@ def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> 
 
 
 def llvm_to_ptx(llvm_ir: str, target: str) -> str:
-    _init_llvm()
-    module = llvm.parse_assembly(llvm_ir)
-    module.verify()
-    machine = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
-        cpu=target, features=get_target(target).ptx_feature, opt=3)
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(machine, pto)
-    pb.getModulePassManager().run(module, pb)
-    return machine.emit_assembly(module)
+    """Optimised PTX, made in a worker process (ptx_pool says why)."""
+    return ptx_pool.to_ptx(llvm_ir, target, get_target(target).ptx_feature)
 
 
 def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
