@@ -6,6 +6,11 @@ instead), so lockstep execution is exact: shuffles are index permutations
 along the thread dims, shared-memory steps fold warps in the order the GPU
 does. Running this on odd shapes checks a schedule's tiling, masks, layout
 and rounding without a GPU.
+
+Time and memory follow the problem, not the schedule: a loop walks at most the axis's
+extent (the GPU's loop stops there too), and a block holds only the threads and repeats
+that reach inside the axis (`_held`). The threads and repeats left out are masked on the
+GPU, so each fold step that would meet one combines with the reduction's identity instead.
 """
 from __future__ import annotations
 
@@ -33,6 +38,17 @@ def _blocks(prog: ThreadProgram, sizes) -> tuple[int, dict[str, np.ndarray]]:
     return total, index
 
 
+def _held(m, size: int) -> tuple[int, int]:
+    """(threads, reps) of axis map `m` that hold a position inside the axis in some block:
+    every repeat while a block's span needs them, else the threads of the first repeat
+    (a power of two, so that butterfly partners stay among them)."""
+    span = min(m.extent, size)
+    reps = max(1, min(m.reps, -(-span // (m.threads * m.vector))))
+    if reps > 1:
+        return m.threads, reps
+    return min(m.threads, 1 << max(-(-span // m.vector) - 1, 0).bit_length()), 1
+
+
 def _shape(n, dim):
     s = [1] * 6
     s[dim] = n
@@ -48,6 +64,8 @@ class _Machine:
         self.partial = dict(self.layout.partial_axes)
         self.loop_index = 0
         self.shared: dict[int, np.ndarray] = {}   # smem_put slot -> every thread's partials
+        self.held = {m.axis: _held(m, sizes[m.axis])
+                     for m in (self.layout.row, self.layout.col) if m is not None}
 
     def index(self, axis: str) -> np.ndarray:
         lay = self.layout
@@ -59,12 +77,14 @@ class _Machine:
             return base + self.loop_index
         if lay.row is not None and axis == lay.row.axis:
             m = lay.row
-            return base + np.arange(m.reps).reshape(_shape(m.reps, _RR)) * m.threads + \
-                np.arange(m.threads).reshape(_shape(m.threads, _TR))
+            threads, reps = self.held[axis]
+            return base + np.arange(reps).reshape(_shape(reps, _RR)) * m.threads + \
+                np.arange(threads).reshape(_shape(threads, _TR))
         if lay.col is not None and axis == lay.col.axis:
             m = lay.col
-            return (base + np.arange(m.reps).reshape(_shape(m.reps, _RC)) * m.threads * m.vector
-                    + np.arange(m.threads).reshape(_shape(m.threads, _TC)) * m.vector
+            threads, reps = self.held[axis]
+            return (base + np.arange(reps).reshape(_shape(reps, _RC)) * m.threads * m.vector
+                    + np.arange(threads).reshape(_shape(threads, _TC)) * m.vector
                     + np.arange(m.vector).reshape(_shape(m.vector, _V)))
         return base
 
@@ -79,7 +99,8 @@ class _Machine:
         mask = np.ones([1] * 6, bool)
         for m, dim in ((self.layout.row, _TR), (self.layout.col, _TC)):
             if m is not None and m.axis not in axes:
-                mask = mask & (np.arange(m.threads).reshape(_shape(m.threads, dim)) == 0)
+                threads = self.held[m.axis][0]
+                mask = mask & (np.arange(threads).reshape(_shape(threads, dim)) == 0)
         return mask
 
 
@@ -94,7 +115,8 @@ def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[
             vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
     if prog.layout.loop is not None:
         body = [op for op in prog.ops if region[op.id] == "loop"]
-        for i in range(prog.layout.loop.tile):
+        # Past the axis's end every block's loop has stopped (`loop_count` on the GPU).
+        for i in range(min(prog.layout.loop.tile, sizes[prog.layout.loop.axis])):
             m.loop_index = i
             for op in body:
                 args = [vals[a] for a in op.args]
@@ -184,8 +206,9 @@ def _step(m: _Machine, op, args, arrays, scalars):
         return None
     if kind == "smem_put":
         amap, dim = _thread_dim(m, op.attr("axis"))
+        threads = m.held[amap.axis][0]
         m.shared[op.attr("slot")] = np.broadcast_to(
-            args[0], [s if d != dim else amap.threads for d, s in enumerate(args[0].shape)])
+            args[0], [s if d != dim else threads for d, s in enumerate(args[0].shape)])
         return None
     if kind == "smem_fold":
         return _reduce_smem(m, op, m.shared[op.attr("slot")])
@@ -201,13 +224,17 @@ def _reduce_local(m: _Machine, op, value):
     identity = mathfns.reduce_identity(op.attr("op"), dtype)
     value = np.where(m.in_bounds((axis,)), value, identity).astype(dtype)
     lay = m.layout
+    amap = lay.map_of(axis)
+    full = {_RR: amap.reps, _RC: amap.reps, _V: amap.vector} if amap is not None else {}
     dims = (_RR,) if lay.row is not None and axis == lay.row.axis else \
         (_RC, _V) if lay.col is not None and axis == lay.col.axis else ()
     for dim in (_V, _RC, _RR):        # vector lanes first, as the GPU code does
-        if dim in dims and value.shape[dim] > 1:
+        if dim in dims and full[dim] > 1:
             acc = np.take(value, [0], axis=dim)
             for i in range(1, value.shape[dim]):
                 acc = fn(acc, np.take(value, [i], axis=dim))
+            if value.shape[dim] < full[dim]:     # the repeats not held, all masked
+                acc = fn(acc, identity)
             value = acc
     return value
 
@@ -222,23 +249,31 @@ def _thread_dim(m: _Machine, axis):
 def _reduce_shfl(m: _Machine, op, value):
     amap, dim = _thread_dim(m, op.attr("axis"))
     fn = mathfns.reduce_fn(op.attr("op"))
-    value = np.broadcast_to(value, [s if d != dim else amap.threads
+    threads = m.held[amap.axis][0]
+    value = np.broadcast_to(value, [s if d != dim else threads
                                     for d, s in enumerate(value.shape)])
-    lane = np.arange(amap.threads)
+    lane = np.arange(threads)
     for lanes in op.attr("lanes"):
-        value = fn(value, np.take(value, lane ^ (lanes >> amap.shift), axis=dim))
+        partner = lanes >> amap.shift
+        if partner < threads:
+            value = fn(value, np.take(value, lane ^ partner, axis=dim))
+        else:                         # a partner not held: masked, so it holds the identity
+            value = fn(value, mathfns.reduce_identity(op.attr("op"), value.dtype))
     return value
 
 
 def _reduce_smem(m: _Machine, op, value):
     amap, dim = _thread_dim(m, op.attr("axis"))
     fn = mathfns.reduce_fn(op.attr("op"))
-    value = np.broadcast_to(value, [s if d != dim else amap.threads
+    threads = m.held[amap.axis][0]
+    value = np.broadcast_to(value, [s if d != dim else threads
                                     for d, s in enumerate(value.shape)])
     first = min(op.attr("bits")) - amap.shift     # thread-index bit where warps start
     group = 1 << first
-    warps = amap.threads // group
     acc = np.take(value, [0], axis=dim)
-    for w in range(1, warps):
-        acc = fn(acc, np.take(value, [w * group], axis=dim))
+    for w in range(1, amap.threads // group):
+        if w * group < threads:
+            acc = fn(acc, np.take(value, [w * group], axis=dim))
+        else:                         # a warp not held: masked, so it holds the identity
+            acc = fn(acc, mathfns.reduce_identity(op.attr("op"), acc.dtype))
     return acc

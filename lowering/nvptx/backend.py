@@ -9,19 +9,19 @@ branches and the vector width is exactly what the thread program says.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 
 from plait.dsl.dtypes import DType
 
 from . import ops as L
+from . import ptx_pool
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
+from .memo import per_emitter
 from ..limits import STATIC_SHARED_LIMIT
 from .reduce import ReductionEmitter
 from .rotate import apply_rotation, rotated_source
@@ -33,12 +33,6 @@ from ..target import get_target
 from ..tileir.thread import ThreadProgram
 from ..tileir.tile import register_dtype
 
-
-
-@functools.cache
-def _init_llvm() -> None:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
 
 
 def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
@@ -63,15 +57,8 @@ def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> 
 
 
 def llvm_to_ptx(llvm_ir: str, target: str) -> str:
-    _init_llvm()
-    module = llvm.parse_assembly(llvm_ir)
-    module.verify()
-    machine = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
-        cpu=target, features=get_target(target).ptx_feature, opt=3)
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(machine, pto)
-    pb.getModulePassManager().run(module, pb)
-    return machine.emit_assembly(module)
+    """Optimised PTX, made in a worker process (ptx_pool says why)."""
+    return ptx_pool.to_ptx(llvm_ir, target, get_target(target).ptx_feature)
 
 
 def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
@@ -175,7 +162,7 @@ class _Emitter(ReductionEmitter):
             return L.i32(0)
         return self.b.mul(self.block_index[axis], L.i32(tile))
 
-    @functools.cache
+    @per_emitter
     def index(self, axis: str, r: int, c: int, v: int, ahead=0):
         """Element index along `axis` of fragment element (r, c, v) of this thread.
 
@@ -220,14 +207,14 @@ class _Emitter(ReductionEmitter):
             return r * m.threads + m.threads - 1 < m.extent
         return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
 
-    @functools.cache
+    @per_emitter
     def in_bounds(self, axes: tuple, r: int, c: int, v: int, ahead=0):
         b = self.b
         masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
                  for a in axes if not self.always_in_bounds(a, r, c, v)]
         return _mask_and(b, masks)
 
-    @functools.cache
+    @per_emitter
     def owner(self, axes: tuple):
         b = self.b
         masks = [b.icmp_unsigned("==", self.thread_index[m.axis], L.i32(0))
