@@ -11,16 +11,14 @@ those rows and computes whatever follows. Inputs of a kernel are always
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from plait.dsl.dtypes import DType
 from plait.dsl.graph import AlgorithmGraph, rebuild
-import plait.dsl.ops  # noqa: F401  (fills the op table read below)
-from plait.dsl.node import Node, make_attrs, reductions, topo_order
-from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
+from plait.dsl.node import Node, make_attrs, topo_order
 from plait.schedule.complete import complete
 from plait.schedule.errors import kernel_error
-from plait.schedule.kernel_names import FINISH, THEN, kernel_name, stage
+from plait.schedule.kernel_names import FINISH, THEN, stage
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule, Schedule
 from plait.schedule.validate import check_kernel_keys
 
@@ -35,97 +33,11 @@ from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .stream_staging import stage_sums
-from .streaming import NotStreamable, Stream, check_sizes, find_stream, logsumexp_logits
-from .streaming_sums import StreamedSums
+from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
+                          iteration_axes, schedule_for)
+from .stream_plans import find_streams, may_stream, plan_sums, stream_plan, target_defaults
 
-REDUCE_OPS = reductions()           # from the op table
 SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    name: str
-    outputs: tuple[tuple[str, Node], ...]    # buffer name -> value stored there
-    axes: tuple[str, ...]                    # iteration axes, canonical order
-    schedule: KernelSchedule
-    contraction: bool = False                # kept whole for the tensor-core lowering
-    stream: Stream | StreamedSums | None = None   # a loop over tiles of one axis
-
-
-@dataclass(frozen=True)
-class KernelGraph:
-    algorithm: str
-    axis_order: tuple[str, ...]
-    kernels: tuple[KernelPlan, ...]
-    buffers: tuple[Buffer, ...]
-    derived: tuple[tuple[str, str, int], ...]
-    # Found for the record; kernels with `contraction` set go to the tensor-core
-    # lowering, and `generic` says why a contraction kernel did not (kernel -> reason).
-    contractions: tuple = ()
-    generic: tuple[tuple[str, str], ...] = ()
-    unstreamed: tuple[tuple[str, str], ...] = ()   # output -> why it was not streamed
-
-    def text(self) -> str:
-        lines = [f"kernel graph {self.algorithm}"]
-        for b in self.buffers:
-            lines.append(f"  buffer {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]"
-                         + (" zeroed" if b.zero else ""))
-        for axis, src, tile in self.derived:
-            lines.append(f"  axis {axis} = ceil({src} / {tile})")
-        for c in self.contractions:
-            lines.append(f"  {c.text()}")
-        for name, why in self.generic:
-            lines.append(f"  kernel {name} runs without tensor cores: {why}")
-        for name, why in self.unstreamed:
-            lines.append(f"  output {name} is not streamed: {why}")
-        for k in self.kernels:
-            if k.stream is not None:
-                lines.append(f"  {k.stream.text()}")
-        for k in self.kernels:
-            reads = sorted({n.attr("name") for _, v in k.outputs
-                            for n in topo_order([v]) if n.op == "input"})
-            lines.append(f"  kernel {k.name}{' (tensor cores)' if k.contraction else ''} "
-                         f"over [{','.join(k.axes)}] "
-                         f"reads {', '.join(reads) or '-'} writes "
-                         f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}"
-                         + (" (streamed)" if k.stream is not None else ""))
-        return "\n".join(lines) + "\n"
-
-
-def block_axes(nodes: list[Node]) -> set[str]:
-    """The coarse axes of the block masks `blocked` reads: sizes the kernel takes to
-    address them, though it does not iterate over them."""
-    return {coarse for n in nodes if n.op == "blocked" for coarse, _ in n.attr("blocks")}
-
-
-def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
-    used: set[str] = set()
-    masks = {n.inputs[0].uid for n in nodes if n.op == "blocked"}   # read at fine axes
-    for n in nodes:
-        if n.uid in masks:
-            continue
-        used.update(a for a in n.axes if a != n.attr("partial"))
-        if n.op in REDUCE_OPS:
-            used.add(n.attr("axis"))
-    return tuple(a for a in order if a in used)
-
-
-def _kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
-    return kernel_name(graph.name, None if n_groups == 1 else group[0])
-
-
-def _schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
-                  itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
-    reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    return _completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
-                      name, axes, threads_per_sm)
-
-
-def _completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes,
-               threads_per_sm: int | None = None) -> KernelSchedule:
-    """What the schedule says for kernel `name`, the keys it leaves out from `default`."""
-    return default if schedule is None else \
-        complete(default, schedule.for_kernel(name), axes, threads_per_sm)
 
 
 def _resolve_waves(name: str, ks: KernelSchedule, axes, sizes, sms: int,
@@ -167,17 +79,17 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                 buffers.append(Buffer(p.name, node.dtype, p.axes, "input"))
     outputs, staged = dict(graph.outputs), []
     if tensor_cores:      # computed q, k (rotary inside attention) become temporaries
-        staged, outputs = stage_stream_operands(graph.name, outputs, lambda name: _may_stream(
+        staged, outputs = stage_stream_operands(graph.name, outputs, lambda name: may_stream(
             graph, schedule, name, len(graph.outputs)))
-    streamed, unstreamed = _streams(graph, schedule, sizes, tensor_cores, outputs)
+    streamed, unstreamed = find_streams(graph, schedule, sizes, tensor_cores, outputs)
     for name, st in streamed.items():
         del outputs[name]
         if st.saved_lse is not None:
             del outputs[st.saved_lse[0]]
-    sums = stage_sums(graph.name, outputs, sizes, lambda name: _may_stream(
+    sums = stage_sums(graph.name, outputs, sizes, lambda name: may_stream(
         graph, schedule, name, len(outputs)), lambda kernel: schedule.for_kernel(
         kernel).reduction if schedule is not None else None,
-        _target_defaults(tensor_cores).sums_accumulate) if tensor_cores else None
+        target_defaults(tensor_cores).sums_accumulate) if tensor_cores else None
     if sums is not None:
         unstreamed.update(sums.why)
         for name in sums.outputs:
@@ -210,13 +122,13 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         if st.saved_lse is not None:
             lse, node = st.saved_lse
             buffers.append(Buffer(lse, policy.storage_of(lse, node.dtype), node.axes, "output"))
-        name = _kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
-        planner.kernels.append(_stream_plan(name, out, st, schedule, tensor_cores,
+        name = group_kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
+        planner.kernels.append(stream_plan(name, out, st, schedule, tensor_cores,
                                             graph.axis_order, sizes))
     if sums is not None:
-        _plan_sums(planner, sums, graph, schedule, tensor_cores, sizes, buffers)
+        plan_sums(planner, sums, graph, schedule, tensor_cores, sizes, buffers)
     for group in groups.values():
-        name = _kernel_name(graph, group, len(groups) + len(staged) + len(streamed))
+        name = group_kernel_name(graph, group, len(groups) + len(staged) + len(streamed))
         planner.plan(name, {o: outputs[o] for o in group})
     if schedule is not None:   # a `kernels:` key naming no kernel would be ignored silently
         check_kernel_keys(schedule, [k.name for k in planner.kernels])
@@ -224,183 +136,6 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
                        tuple(buffers + planner.temps), tuple(planner.derived),
                        tuple(find_contractions(graph)), tuple(sorted(generic.items())),
                        tuple(sorted(unstreamed.items())))
-
-
-def _streams(graph, schedule, sizes, tensor_cores, outputs) -> tuple[dict, dict]:
-    """({output: Stream} to stream, {output: why not}) for the softmax-weighted
-    contractions among the outputs. A reason is kept only where the schedule asked for
-    streaming (a `stream:` tile) or the output has the shape and a size stops it."""
-    streamed, why = {}, {}
-    for name, node in outputs.items():
-        ks = schedule.for_kernel(graph.name if len(outputs) == 1 else f"{graph.name}.{name}") \
-            if schedule is not None else KernelSchedule()
-        if ks.stream is False:
-            continue
-        try:
-            st = find_stream(node)
-        except NotStreamable as e:
-            if ks.stream:
-                why[name] = str(e)
-            continue
-        try:
-            if not tensor_cores:
-                raise NotStreamable("the target has no tensor cores")
-            check_sizes(st, sizes)
-            if ks.stream and dict(ks.stream).keys() != {st.keys}:
-                raise NotStreamable(f"the schedule streams {', '.join(dict(ks.stream))}, "
-                                    f"but the softmax runs over {st.keys}")
-        except NotStreamable as e:
-            why[name] = str(e)
-            continue
-        streamed[name] = st
-    return _with_saved_lse(streamed, outputs), why
-
-
-def _with_saved_lse(streamed: dict, outputs: dict) -> dict:
-    """Each stream with the output that is its softmax's log-sum-exp (a forward saving it
-    for the backward), which its loop then writes from the running max and sum."""
-    taken = set(streamed)
-    for name, node in outputs.items():
-        if name in taken or not node.dtype.is_float:
-            continue
-        try:
-            logits, axis = logsumexp_logits(node)
-        except NotStreamable:
-            continue
-        for out, st in streamed.items():
-            if st.logits is logits and st.keys == axis and st.saved_lse is None and \
-                    node.axes == st.batch + (st.rows,):
-                streamed[out] = replace(st, saved_lse=(name, node))
-                taken.add(name)
-                break
-    return streamed
-
-
-def _may_stream(graph, schedule, name: str, n_outputs: int) -> bool:
-    if schedule is None:
-        return True
-    return schedule.for_kernel(graph.name if n_outputs == 1 else
-                               f"{graph.name}.{name}").stream is not False
-
-
-def _plan_sums(planner, sums, graph, schedule, instruction, sizes, buffers) -> None:
-    """The kernels of streamed sums, after the temporaries they read: the streamed ones
-    (log-sum-exp, a recomputed forward), then the planned ones (row terms)."""
-    planner.temps.extend(sums.temps)
-    for buf, st in sums.streams:
-        planner.kernels.append(_stream_plan(buf, buf, st, schedule, instruction,
-                                            graph.axis_order, sizes))
-    for buf, value in sums.plain:
-        planner.plan(buf, {buf: value}, _rows_schedule(buf, value, schedule, graph, sizes,
-                                                       planner.threads_per_sm))
-    for names, ss in sums.sums:
-        for t in ss.terms:
-            buffers.append(Buffer(t.name, planner.policy.storage_of(t.name, t.out.dtype),
-                                  t.out.axes, "output"))
-        name = kernel_name(graph.name, names[0])
-        planner.kernels.append(_sums_plan(name, ss, schedule, instruction, graph.axis_order,
-                                          sizes))
-    for out, value in sums.finish:      # sums added up in another kernel: cast to dtype
-        buffers.append(Buffer(out, planner.policy.storage_of(out, value.dtype), value.axes,
-                              "output"))
-        nodes = topo_order([value])
-        axes = iteration_axes(nodes, graph.axis_order)
-        name = kernel_name(graph.name, out)
-        if schedule is not None and schedule.has_entry(name):   # its own entry decides
-            planner.plan(name, {out: value})
-            continue
-        planner.plan(name, {out: value}, _short_rows(axes, sizes, 4) or _schedule_for(
-            name, None, axes, nodes, sizes, planner._itemsize(nodes)))
-
-
-def _rows_schedule(name, value: Node, schedule, graph, sizes,
-                   threads_per_sm: int | None = None) -> KernelSchedule | None:
-    """A row term (sum(dout * out, over=E)) reduces short rows: 128 threads take as many
-    rows as fill them, each row spread over the threads its 16-byte vectors need, where
-    the built-in schedule would give every row a block of 32 threads mostly idle."""
-    axes = iteration_axes(topo_order([value]), graph.axis_order)
-    inner = axes[-1]
-    if value.op != "sum" or value.attr("axis") != inner or len(axes) < 2:
-        return None
-    itemsize = max([n.dtype.itemsize for n in topo_order([value]) if n.op == "input"] or [4])
-    short = _short_rows(axes, sizes, itemsize)
-    return None if short is None else _completed(short, schedule, name, axes, threads_per_sm)
-
-
-def _short_rows(axes, sizes, itemsize: int) -> KernelSchedule | None:
-    """128 threads over as many rows (the next-to-innermost axis) as fill them, each row
-    spread over the threads its 16-byte vectors need; None for rows past 32 vectors."""
-    inner = axes[-1]
-    vector = vector_width(itemsize)
-    per_row = next_pow2(-(-sizes[inner] // vector))
-    if per_row > 32 or len(axes) < 2:
-        return None
-    rows = 128 // per_row
-    row = axes[-2]
-    grid = tuple((a, rows if a == row else 1) for a in axes[:-1])
-    return KernelSchedule(grid=grid, block=((row, AxisBlock(rows)),
-                                            (inner, AxisBlock(per_row, vector))))
-
-
-def _sums_plan(name, ss: StreamedSums, schedule, instruction, order, sizes) -> KernelPlan:
-    """Blocks over the batch axes and tiles of rows, the streamed axis walked a tile at a
-    time, in warps of 16 rows (the target's defaults where the schedule is silent)."""
-    defaults = _target_defaults(instruction)
-    ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
-    rows = dict(ks.grid).get(ss.rows, defaults.sums_rows_scattered if ss.scattered
-                             else defaults.sums_rows)
-    wide = max(sizes[t.axes[-1]] for t in ss.residents + ss.streamed) > 64
-    if ss.scattered:
-        default_keys = defaults.sums_keys_scattered_wide if wide else \
-            defaults.sums_keys_scattered
-    else:
-        default_keys = defaults.sums_keys_wide if wide else defaults.sums_keys
-    keys = dict(ks.stream).get(ss.keys, default_keys) if ks.stream else default_keys
-    if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise kernel_error(schedule, name, f"grid.{ss.rows}", "a streamed kernel takes rows "
-                           f"per block in multiples of 16 up to 256, not {rows}")
-    if ks.stream and dict(ks.stream).keys() != {ss.keys}:
-        raise kernel_error(schedule, name, "stream", f"the schedule streams "
-                           f"{', '.join(dict(ks.stream))}, but the sums run over {ss.keys}")
-    grid = tuple((a, 1) for a in ss.batch) + ((ss.rows, rows),)
-    used = set(ss.batch + ss.folded) | {ss.rows, ss.keys} | \
-        {t.axes[-1] for t in ss.residents + ss.streamed}
-    used |= {t.cols for t in ss.terms + ss.scattered}
-    used |= block_axes(topo_order([t.weight for t in ss.terms + ss.scattered]))
-    axes = tuple(a for a in order if a in used)
-    warps = ks.warps or rows // 16
-    # The scattered sums (added into fp32 buffers in the loop) come last: only the
-    # terms are stored after it.
-    return KernelPlan(name, tuple((t.name, t.out) for t in ss.terms + ss.scattered), axes,
-                      replace(ks, grid=grid, stream=((ss.keys, keys),), warps=warps), stream=ss)
-
-
-def _target_defaults(instruction: str):
-    """The target table's defaults for the first target with this tensor-core instruction
-    (the streamed kernels' defaults do not differ between them)."""
-    from ..target import TARGETS
-    return next(t for t in TARGETS.values() if instruction in t.instructions)
-
-
-def _stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> KernelPlan:
-    """The kernel of one streamed contraction: blocks over the batch axes and tiles of
-    query rows, the keys walked `stream` at a time (the target's defaults where the
-    schedule is silent)."""
-    defaults = _target_defaults(instruction)
-    ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
-    rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
-    wide = max(sizes[st.depth], sizes[st.cols] if st.cols else 0) > 64
-    default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
-    keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
-    if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
-        raise kernel_error(schedule, name, f"grid.{st.rows}", "a streamed kernel takes query "
-                           f"rows per block in multiples of 16 up to 256, not {rows}")
-    grid = tuple((a, 1) for a in st.batch) + ((st.rows, rows),)
-    axes = tuple(a for a in order if a in st.batch + (st.rows, st.keys, st.depth) +
-                 ((st.cols,) if st.cols else ()) or a in block_axes(topo_order([st.logits])))
-    outs = ((out, st.out),) + ((st.saved_lse,) if st.saved_lse is not None else ())
-    return KernelPlan(name, outs, axes,
-                      replace(ks, grid=grid, stream=((st.keys, keys),)), stream=st)
 
 
 def _stored_order(axes: tuple, outputs: dict[str, Node], nodes: list[Node]) -> tuple:
@@ -464,7 +199,7 @@ class _Planner:
                 return
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks, True))
             return
-        ks = kernel_schedule or _schedule_for(name, self.schedule, axes, nodes, self.sizes,
+        ks = kernel_schedule or schedule_for(name, self.schedule, axes, nodes, self.sizes,
                                               self._itemsize(nodes), self.threads_per_sm)
         ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}

@@ -28,7 +28,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 
 from ..artifact import Buffer
-from ..graph.kernels import REDUCE_OPS
+from ..graph.kernel_plan import REDUCE_OPS
 from ..graph.layout import Layout
 from ..limits import shared_limit
 from ..target import DEFAULT_TARGET

@@ -15,7 +15,7 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
 
 from ..artifact import Buffer
-from ..graph.kernels import REDUCE_OPS, KernelGraph, KernelPlan
+from ..graph.kernel_plan import REDUCE_OPS, KernelGraph, KernelPlan
 from ..graph.policy import ResolvedPolicy
 
 IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from plait.dsl.dtypes import DType
 from plait.dsl.node import topo_order
 
-from ..graph.kernels import KernelPlan
+from ..graph.kernel_plan import KernelPlan
 from ..graph.policy import ResolvedPolicy
 from .tile import TileProgram, _Builder
 

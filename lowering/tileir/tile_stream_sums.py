@@ -22,7 +22,7 @@ from __future__ import annotations
 from plait.dsl.dtypes import DType
 from plait.dsl.node import Node, topo_order
 
-from ..graph.kernels import KernelPlan
+from ..graph.kernel_plan import KernelPlan
 from ..graph.policy import ResolvedPolicy
 from ..graph.streaming import _skip, _uncast
 from .tile import TileProgram, _Builder

@@ -1,0 +1,105 @@
+"""The kernel graph's records: a kernel plan, the graph of them, and what a group of nodes
+iterates over and is scheduled with (shared by the planner and the streamed-kernel plans)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.dsl.graph import AlgorithmGraph
+import plait.dsl.ops  # noqa: F401  (fills the op table read below)
+from plait.dsl.node import Node, reductions, topo_order
+from plait.schedule.complete import complete
+from plait.schedule.default import default_kernel_schedule
+from plait.schedule.kernel_names import kernel_name
+from plait.schedule.model import KernelSchedule, Schedule
+
+from ..artifact import Buffer
+from .streaming import Stream
+from .streaming_sums import StreamedSums
+
+REDUCE_OPS = reductions()           # from the op table
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    outputs: tuple[tuple[str, Node], ...]    # buffer name -> value stored there
+    axes: tuple[str, ...]                    # iteration axes, canonical order
+    schedule: KernelSchedule
+    contraction: bool = False                # kept whole for the tensor-core lowering
+    stream: Stream | StreamedSums | None = None   # a loop over tiles of one axis
+
+
+@dataclass(frozen=True)
+class KernelGraph:
+    algorithm: str
+    axis_order: tuple[str, ...]
+    kernels: tuple[KernelPlan, ...]
+    buffers: tuple[Buffer, ...]
+    derived: tuple[tuple[str, str, int], ...]
+    # Found for the record; kernels with `contraction` set go to the tensor-core
+    # lowering, and `generic` says why a contraction kernel did not (kernel -> reason).
+    contractions: tuple = ()
+    generic: tuple[tuple[str, str], ...] = ()
+    unstreamed: tuple[tuple[str, str], ...] = ()   # output -> why it was not streamed
+
+    def text(self) -> str:
+        lines = [f"kernel graph {self.algorithm}"]
+        for b in self.buffers:
+            lines.append(f"  buffer {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]"
+                         + (" zeroed" if b.zero else ""))
+        for axis, src, tile in self.derived:
+            lines.append(f"  axis {axis} = ceil({src} / {tile})")
+        for c in self.contractions:
+            lines.append(f"  {c.text()}")
+        for name, why in self.generic:
+            lines.append(f"  kernel {name} runs without tensor cores: {why}")
+        for name, why in self.unstreamed:
+            lines.append(f"  output {name} is not streamed: {why}")
+        for k in self.kernels:
+            if k.stream is not None:
+                lines.append(f"  {k.stream.text()}")
+        for k in self.kernels:
+            reads = sorted({n.attr("name") for _, v in k.outputs
+                            for n in topo_order([v]) if n.op == "input"})
+            lines.append(f"  kernel {k.name}{' (tensor cores)' if k.contraction else ''} "
+                         f"over [{','.join(k.axes)}] "
+                         f"reads {', '.join(reads) or '-'} writes "
+                         f"{', '.join(b for b, _ in k.outputs)} schedule {k.schedule.to_dict()}"
+                         + (" (streamed)" if k.stream is not None else ""))
+        return "\n".join(lines) + "\n"
+
+
+def block_axes(nodes: list[Node]) -> set[str]:
+    """The coarse axes of the block masks `blocked` reads: sizes the kernel takes to
+    address them, though it does not iterate over them."""
+    return {coarse for n in nodes if n.op == "blocked" for coarse, _ in n.attr("blocks")}
+
+
+def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
+    used: set[str] = set()
+    masks = {n.inputs[0].uid for n in nodes if n.op == "blocked"}   # read at fine axes
+    for n in nodes:
+        if n.uid in masks:
+            continue
+        used.update(a for a in n.axes if a != n.attr("partial"))
+        if n.op in REDUCE_OPS:
+            used.add(n.attr("axis"))
+    return tuple(a for a in order if a in used)
+
+
+def group_kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) -> str:
+    return kernel_name(graph.name, None if n_groups == 1 else group[0])
+
+
+def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
+                  itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
+    reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
+    return completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
+                      name, axes, threads_per_sm)
+
+
+def completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes,
+               threads_per_sm: int | None = None) -> KernelSchedule:
+    """What the schedule says for kernel `name`, the keys it leaves out from `default`."""
+    return default if schedule is None else \
+        complete(default, schedule.for_kernel(name), axes, threads_per_sm)
