@@ -20,11 +20,11 @@ from plait.dsl.algorithm import Param
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
-from plait.dsl.node import OPS, Node, make_attrs
+from plait.dsl.node import OPS, Node, make_attrs, topo_order
 from plait.dsl.ops import permute
 from plait.dsl.tensor import Tensor, axis_order, broadcast, cast, constant, reduce
 
-from .saving import saved_nodes
+from .saving import compared, readable, saved_nodes
 
 SOURCE_OPS = ("input", "param", "const", "size", "iota")
 
@@ -176,8 +176,11 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
             # algorithm's canonical order.
             outputs[grad_name(w)] = (permute(g, *p.axes) if p.axes else g).node
 
-    outputs = rebuild(outputs, lambda n, new: saved_inputs.get(n.uid) or
-                      _restamp(n, new, made_by))
+    # A rule may compare with a saved value (max's tie mask): see saving.readable.
+    compared_uids = compared(topo_order(list(outputs.values())))
+    outputs = rebuild(outputs, lambda n, new: (
+        saved_inputs.get(n.uid) if readable(n, compared_uids) else None) or
+        _restamp(n, new, made_by))
     return AlgorithmGraph(name or f"{graph.name}.bwd", params, graph.axis_order, outputs)
 
 

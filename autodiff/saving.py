@@ -15,15 +15,28 @@ statistics, `log(sum(exp(x - m))) + m` in fp32 over the rows). The forward write
 (a streamed attention forward from its running max and sum, at no extra pass), and the
 backward reads each softmax p of those logits as exp(x - lse) instead of recomputing
 the sums: for attention one streamed pass over the keys fewer.
+
+A comparison reads a saved value only where storing it lost nothing (`readable`). Its
+outcome jumps where its operands meet, for max's tie mask at the very element the
+gradient goes to: max(x * 1.3) is computed in fp32 registers (float64 in the reference)
+and stored rounded to bf16, so the stored extreme equals none of the recomputed values
+and the mask would be empty. Such a value is recomputed where a comparison reads it.
 """
 from __future__ import annotations
 
-from plait.dsl.dtypes import DType
+import numpy as np
+
+from plait.dsl.dtypes import DType, promote, round_to
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import Node, make_attrs, topo_order
 
 LSE = "lse"      # the softmax's log-sum-exp: a saved name no `name(x, ...)` label needs
+COMPARES = ("eq", "ne", "lt", "le", "gt", "ge")
+# ops whose result is one of their (value) operands' values, or its negation: exact
+# (a cast only where the wider dtype holds its operand: see stored_exactly)
+_PICKS = ("name", "broadcast", "permute", "stop_gradient", "max", "min", "maximum", "minimum",
+          "where", "neg", "abs", "cast")
 
 
 def saved_nodes(graph: AlgorithmGraph, save) -> dict[str, Node]:
@@ -108,6 +121,51 @@ def softmax_logsumexp(graph: AlgorithmGraph) -> Node:
     return value
 
 
+def compared(nodes) -> set[int]:
+    """uids of the values that comparisons among `nodes` hold against another computed
+    value (max's tie mask x == broadcast(max(x))), and of what they pass on exactly.
+
+    A comparison with a constant is left out: rounding is monotonic, so a stored value
+    stands on the same side of a fixed threshold unless it rounds onto it (relu's and
+    abs's x >= 0 keep reading a saved x)."""
+    found: set[int] = set()
+    for n in nodes:
+        if n.op in COMPARES:
+            sides = [_passed_on(i) for i in n.inputs]
+            if all(side[-1].op != "const" for side in sides):
+                found.update(m.uid for side in sides for m in side)
+    return found
+
+
+def _passed_on(node: Node) -> list[Node]:
+    """node and the values it is an exact function of, down to the first that is not."""
+    chain = [node]
+    while node.op in _PICKS and len(node.inputs) == 1:
+        node = node.inputs[0]
+        chain.append(node)
+    return chain
+
+
+def stored_exactly(node: Node) -> bool:
+    """Whether node's dtype holds its value exactly, whatever precision computed it: an
+    input, a constant its dtype holds, or a pick among such values (an extreme of them)."""
+    if not node.dtype.is_float or node.op == "input":
+        return True
+    if node.op == "const":
+        value = node.attr("value")
+        return float(round_to(np.float64(value), node.dtype)) == value
+    if node.op not in _PICKS:
+        return False
+    values = node.inputs[1:] if node.op == "where" else node.inputs   # not the condition
+    return all(v.dtype.is_float and promote(v.dtype, node.dtype) == node.dtype and
+               stored_exactly(v) for v in values)
+
+
+def readable(node: Node, compared_uids: set[int]) -> bool:
+    """Whether the backward may read node's saved value in place of recomputing it."""
+    return node.uid not in compared_uids or stored_exactly(node)
+
+
 def structure_keys(nodes) -> dict[int, tuple]:
     """A key per node (by uid) equal for structurally equal computations."""
     keys: dict[int, tuple] = {}
@@ -133,11 +191,13 @@ def read_saved(bwd: AlgorithmGraph, forward: AlgorithmGraph, save) -> AlgorithmG
         wanted.setdefault(fkeys[forward.outputs[label].uid], label)
     inputs = {n.attr("name"): n for n in bwd.nodes if n.op == "input"}
     bkeys = structure_keys(bwd.nodes)
+    compared_uids = compared(bwd.nodes)
     replaced = False
 
     def replace(n: Node, new_inputs):
         nonlocal replaced
-        label = wanted.get(bkeys[n.uid]) if n.op not in ("input", "param") else None
+        label = wanted.get(bkeys[n.uid]) if n.op not in ("input", "param") and \
+            readable(n, compared_uids) else None
         if label is not None:
             replaced = True
             return inputs.get(label) or _saved_input(bwd, label, n)
