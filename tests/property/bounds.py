@@ -99,7 +99,7 @@ def error_bounds(graph: AlgorithmGraph, inputs: dict, rounding) -> dict[str, flo
             passed = math.inf if low == 0 and any(e) else (
                 e[0] / low + big[ins[0]] * e[1] / low**2 if any(e) else 0.0)
         elif n.op == "where":
-            passed = builtins_max(e[1:])
+            passed = builtins_max(e[1:]) + _flips(n, values, err, sizes)
         elif n.op in ("exp", "exp2"):
             passed = big[n.uid] * e[0] * (math.log(2) if n.op == "exp2" else 1.0)
         elif n.op in ("log", "log2", "sqrt"):
@@ -118,6 +118,41 @@ def error_bounds(graph: AlgorithmGraph, inputs: dict, rounding) -> dict[str, flo
             raise KeyError(f"no error rule for op {n.op!r}")
         err[n.uid] = passed + rounding(n.dtype) * scale
     return {k: err[n.uid] for k, n in graph.outputs.items()}
+
+
+_COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
+
+
+def _flips(n, values, err, sizes) -> float:
+    """What where(l <op> r, a, b) may rightly differ by where l and r carry rounding error:
+    |a - b| wherever |l - r| is within that error, as the condition may go either way
+    there (maximum's gradient picks a side by a >= b, abs's by x >= 0)."""
+    cond = n.inputs[0]
+    if cond.op not in _COMPARISONS:
+        return 0.0
+    slack = err[cond.inputs[0].uid] + err[cond.inputs[1].uid]
+    if slack == 0:
+        return 0.0
+    shape = tuple(sizes[a] for a in n.axes)
+
+    def full(node):
+        return np.broadcast_to(_align(values[node.uid], node.axes, n.axes), shape)
+    left, right = full(cond.inputs[0]), full(cond.inputs[1])
+    with np.errstate(invalid="ignore"):
+        near = np.abs(left - right) <= slack
+        spread = np.abs(full(n.inputs[1]) - full(n.inputs[2]))
+    spread = np.where(near & np.isfinite(spread), spread, 0.0)
+    return float(spread.max(initial=0.0))
+
+
+def _align(value, src, dst):
+    """value (dims in src order) viewed over dst, size-1 dims where src lacks an axis."""
+    value = np.asarray(value, np.float64)
+    if not src:
+        return value.reshape((1,) * len(dst))
+    value = np.transpose(value, [src.index(a) for a in dst if a in src])
+    return value.reshape([value.shape[[a for a in dst if a in src].index(a)] if a in src
+                          else 1 for a in dst])
 
 
 def builtins_max(values) -> float:

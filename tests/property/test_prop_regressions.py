@@ -88,3 +88,38 @@ def test_fp16_overflow_rounds_to_inf_and_is_no_test_case(m, fits):
             assert chain_error(out, ref, OVERFLOW, sizes) <= chain_tolerance(D.DType.FP16)
         else:
             assert out == round_to(ref, D.DType.FP16) == -np.inf
+
+
+# ---- found by tools/fuzz.py (issue 31); strict xfail until fixed ---------------------------
+
+@algorithm
+def shared_partial_max(y: Tensor["N", "B"], x: Tensor["N", "M", "B"]):
+    t = D.max(x, over="B")       # y only sets the canonical order N, B, M: x is stored out of it
+    return D.max(t, over="N"), D.max(t, over=("M", "N"))
+
+
+# The CPU executor runs it; code generation raises a raw numpy ValueError
+# (nvptx/backend.py _store: "operands could not be broadcast together"): the same family
+# as the issue's `max(x, over=("N", "M"))` crash.
+@pytest.mark.xfail(strict=True, reason="issue 31: code generation crashes on reductions "
+                                       "sharing a partial max")
+def test_reductions_sharing_a_partial_max_compile():
+    from plait.lowering.pipeline import compile_program
+    sizes = {"N": 2, "M": 2, "B": 2}
+    compile_program(shared_partial_max.graph(), None, sizes, True, "sm_80")
+
+
+@algorithm
+def with_constant_output(x: Tensor["M"]):
+    return x, D.cast(D.cast(1, "int32"), "fp32") * 0.125
+
+
+# A valid output computed from constants alone is refused with a message about the
+# schedule: "kernel with_constant_output.out1: 1 threads per block; plait needs 32 to
+# 1024 (schedule block: None)", although no schedule was given.
+@pytest.mark.xfail(strict=True, reason="issue 31: an output of constants alone is refused "
+                                       "as a 1-thread schedule")
+def test_output_of_constants_runs():
+    out = emulate(with_constant_output.graph(), None, {"M": 3},
+                  {"x": np.ones(3, np.float32)}, {})
+    assert out["out1"] == 0.125

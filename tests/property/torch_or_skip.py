@@ -7,5 +7,5 @@ def torch_or_skip():
     # tests/ is on sys.path, so without torch installed `import torch` finds the test
     # folder tests/torch as a namespace package: that is no torch either
     if not hasattr(torch, "float64"):
-        pytest.skip("torch is not installed", allow_module_level=True)
+        pytest.skip("torch is not installed", allow_module_level=True)  # noqa
     return torch
