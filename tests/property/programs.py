@@ -154,18 +154,18 @@ def floats(draw, params, axes, depth):
     if tag == "count":
         b = draw(bools(params, axes, 1))
         return ("count", draw(st.sampled_from(("sum", "mean"))),
-                draw(_over(axes_of(b, params))), b)
+                draw(over_axes(axes_of(b, params))), b)
     inner = draw(sub)
     present = axes_of(inner, params)
     if not present:
         return inner
     if tag == "red":
-        return ("red", draw(st.sampled_from(REDUCE)), draw(_over(present)), inner)
+        return ("red", draw(st.sampled_from(REDUCE)), draw(over_axes(present)), inner)
     mask = draw(st.none() | bools(params, axes, 1))
     if tag == "norm":
         axis = draw(st.sampled_from(sorted(present)))
         return ("norm", draw(st.sampled_from(("softmax", "log_softmax"))), axis, inner, mask)
-    over = draw(_over(present))
+    over = draw(over_axes(present))
     if mask is not None and "lse_empty_rows" in EXCLUDED:
         mask = keep_first(mask, over)
     return ("lse", over, inner, mask)
@@ -179,7 +179,7 @@ def keep_first(mask, over):
     return ("or", mask, first)
 
 
-def _over(present):
+def over_axes(present):
     """One reduced axis, or two or three at once (a reduction over several axes)."""
     return st.lists(st.sampled_from(sorted(present)), min_size=1, max_size=len(present),
                     unique=True).map(lambda a: tuple(sorted(a)))
