@@ -27,7 +27,7 @@ NO_SHRINK = (Phase.generate,)
 def assert_agrees(check, case, kind="forward", **kw):
     try:
         problems = check(case, **kw)
-    except checks.Unrepresentable:
+    except checks.NotATestCase:
         reject()
     assert not problems, "\n".join(problems) + "\n" + reproducer(case, kind)
 

@@ -17,7 +17,7 @@ def check_forward(case):
     notes = []
     try:
         problems = checks.forward(case, notes)
-    except checks.Unrepresentable:
+    except checks.NotATestCase:
         reject()
     for line in notes:
         event(line.split(":")[0])
