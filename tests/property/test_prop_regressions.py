@@ -123,3 +123,27 @@ def test_output_of_constants_runs():
     out = emulate(with_constant_output.graph(), None, {"M": 3},
                   {"x": np.ones(3, np.float32)}, {})
     assert out["out1"] == 0.125
+
+
+@algorithm
+def scaled_max(x: Tensor["M", "N", "B"], y: Tensor["M"]):
+    return D.max(y * x, over="N")
+
+
+# Issue 31's bf16 max-gradient NaN needs no long axis: dy's sum over N and B makes the
+# gradient program grid N in tiles of 1, so the max is split (a bf16 partial) even here.
+@pytest.mark.xfail(strict=True, reason="issue 31: max/min gradient over bf16 is NaN when the "
+                                       "reduction is split across blocks (here at 2x3x1)")
+def test_bf16_max_gradient_at_small_sizes_is_finite():
+    from plait.autodiff import grad
+    from plait.dsl import evaluate
+    graph = grad(scaled_max).graph({"x": D.bf16, "y": D.bf16})
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((2, 3, 1)).astype(D.bf16.numpy),
+              "y": rng.standard_normal(2).astype(D.bf16.numpy),
+              "dout": np.ones((2, 1), D.bf16.numpy)}
+    from bounds import error_bounds, executor_rounding, mismatch
+    out = emulate(graph, None, {"M": 2, "N": 3, "B": 1}, inputs, {})
+    ref = evaluate(graph, inputs)
+    bound = error_bounds(graph, inputs, executor_rounding)["dx"]
+    assert mismatch(out["dx"], ref["dx"], bound) is None
