@@ -141,7 +141,9 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
                    f"{axis} (extent {extent}); give {axis} more threads or grid it")
         maps[axis] = AxisMap(axis, tile, extent, ab.threads, ab.vector, reps, shift)
         shift += _log2(ab.threads)
-    threads = 1 << shift
+    # A kernel over no axes (an output of constants and scalars) has nothing to spread:
+    # one warp computes the value, every lane the same, and their stores agree.
+    threads = 1 << shift if maps else target.warp
     if threads < target.warp or threads > target.threads_per_block:
         refuse("block", f"{threads} threads per block over its axes {', '.join(axes)}; "
                f"{target.name} takes {target.warp} to {target.threads_per_block} (schedule "

@@ -5,9 +5,6 @@ property test per name that draws exactly that part. When a fix lands, its test 
 (CI fails): delete the xfail mark there and the name here, so the general grammar
 covers it again.
 """
-EXCLUDED = {
-    "bool_sum",          # sum/mean over a bool tensor lowered as OR (the reference counts)
-    "grad_permute",      # evaluate() of a gradient of an algorithm with a permuted output
-    "split_extreme_grad_lowp",  # max/min gradient, bf16/fp16, reduction split across blocks
-    "lse_empty_rows",    # logsumexp of a row of -inf or holding +inf gives NaN
-}
+# Empty: the four bugs it held (bool_sum, grad_permute, split_extreme_grad_lowp,
+# lse_empty_rows) are fixed, and their property tests in test_prop_issue31.py now pass.
+EXCLUDED: set[str] = set()

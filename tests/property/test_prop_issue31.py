@@ -1,9 +1,8 @@
 """Property tests aimed at the wrong answers of issue 31, one per known bug.
 
-Each draws exactly the part of the grammar that known_bugs.EXCLUDED keeps out of the
-general tests, and is marked xfail(strict=True) while the bug stands: once the fix
-lands the test XPASSes and fails CI, and then the mark here and the name in
-known_bugs.EXCLUDED are removed together.
+Each draws exactly the part of the grammar that a known bug concerned. While a bug
+stands, its test is marked xfail(strict=True) and its name in known_bugs.EXCLUDED keeps
+that part out of the general tests; the four here are fixed, so they run unmarked.
 """
 from dataclasses import replace
 
@@ -45,15 +44,12 @@ def count_cases(draw):
     return replace(case, structure=(params, ((e, None),)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: sum/mean over a bool tensor lowered as OR")
 @settings(max_examples=scaled(4), phases=NO_SHRINK)
 @given(case=count_cases())
 def test_count_of_bools_matches_reference(case):
     assert_agrees(checks.forward, case)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: max/min gradient over bf16/fp16 is NaN "
-                                       "when the reduction is split across blocks")
 @settings(max_examples=scaled(3), phases=NO_SHRINK)
 @given(case=split_cases(ops=("max", "min"), grad=True, dtypes=("bf16", "fp16"),
                         how=("long",)))
@@ -79,9 +75,6 @@ def permuted_cases(draw):
     return replace(case, structure=(params, ((e, perm),)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: evaluate() mis-evaluates a reduction of a "
-                                       "tensor stored out of canonical order (gradient of a "
-                                       "permuted output)")
 @settings(max_examples=scaled(6), phases=NO_SHRINK)
 @given(case=permuted_cases())
 def test_gradient_of_permuted_output_matches_torch(case):
@@ -103,8 +96,6 @@ def lse_cases(draw):
     return replace(case, structure=(params, ((e, None),)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: logsumexp of a row of -inf, or holding "
-                                       "+inf, gives NaN (torch: -inf, +inf)")
 @settings(max_examples=scaled(8), phases=NO_SHRINK)
 @given(case=lse_cases())
 def test_logsumexp_of_infinite_rows_matches_torch(case):

@@ -90,7 +90,7 @@ def test_fp16_overflow_rounds_to_inf_and_is_no_test_case(m, fits):
             assert out == round_to(ref, D.DType.FP16) == -np.inf
 
 
-# ---- found by tools/fuzz.py (issue 31); strict xfail until fixed ---------------------------
+# ---- found by tools/fuzz.py (issue 31); a strict xfail is one not fixed yet -----------------
 
 @algorithm
 def shared_partial_max(y: Tensor["N", "B"], x: Tensor["N", "M", "B"]):
@@ -101,8 +101,6 @@ def shared_partial_max(y: Tensor["N", "B"], x: Tensor["N", "M", "B"]):
 # The CPU executor runs it; code generation raises a raw numpy ValueError
 # (nvptx/backend.py _store: "operands could not be broadcast together"): the same family
 # as the issue's `max(x, over=("N", "M"))` crash.
-@pytest.mark.xfail(strict=True, reason="issue 31: code generation crashes on reductions "
-                                       "sharing a partial max")
 def test_reductions_sharing_a_partial_max_compile():
     from plait.lowering.pipeline import compile_program
     sizes = {"N": 2, "M": 2, "B": 2}
@@ -114,11 +112,9 @@ def with_constant_output(x: Tensor["M"]):
     return x, D.cast(D.cast(1, "int32"), "fp32") * 0.125
 
 
-# A valid output computed from constants alone is refused with a message about the
+# A valid output computed from constants alone was refused with a message about the
 # schedule: "kernel with_constant_output.out1: 1 threads per block; plait needs 32 to
 # 1024 (schedule block: None)", although no schedule was given.
-@pytest.mark.xfail(strict=True, reason="issue 31: an output of constants alone is refused "
-                                       "as a 1-thread schedule")
 def test_output_of_constants_runs():
     out = emulate(with_constant_output.graph(), None, {"M": 3},
                   {"x": np.ones(3, np.float32)}, {})
@@ -132,8 +128,6 @@ def scaled_max(x: Tensor["M", "N", "B"], y: Tensor["M"]):
 
 # Issue 31's bf16 max-gradient NaN needs no long axis: dy's sum over N and B makes the
 # gradient program grid N in tiles of 1, so the max is split (a bf16 partial) even here.
-@pytest.mark.xfail(strict=True, reason="issue 31: max/min gradient over bf16 is NaN when the "
-                                       "reduction is split across blocks (here at 2x3x1)")
 def test_bf16_max_gradient_at_small_sizes_is_finite():
     from plait.autodiff import grad
     from plait.dsl import evaluate
