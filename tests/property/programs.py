@@ -153,6 +153,8 @@ def floats(draw, params, axes, depth):
         return ("ifloat", draw(integers(params, axes, 1)))
     if tag == "count":
         b = draw(bools(params, axes, 1))
+        if not axes_of(b, params):    # a comparison of constants: nothing to count over
+            return ("ifloat", draw(integers(params, axes, 1)))
         return ("count", draw(st.sampled_from(("sum", "mean"))),
                 draw(over_axes(axes_of(b, params))), b)
     inner = draw(sub)
