@@ -11,6 +11,18 @@ from plait.dsl import (Tensor, abs, algorithm, cos, erf, exp, exp2, gelu, gelu_t
 M, N = 7, 13
 
 
+# The extreme of a computed value, whose rounding broke the tie mask (issue 31).
+@algorithm
+def col_max(x: Tensor["M", "N"]):
+    return max(x * 1.3, over="M")
+
+
+@algorithm
+def col_min(x: Tensor["M", "N"]):
+    return min(x * 1.3, over="M")
+
+
+
 @algorithm
 def layernorm(x: Tensor["M", "N"], w: Tensor["N"], b: Tensor["N"], eps: float = 1e-5):
     mu = mean(x, over="N")

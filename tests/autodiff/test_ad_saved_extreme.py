@@ -12,20 +12,12 @@ import pytest
 
 import plait
 from plait.autodiff import forward_with_saved, grad
-from plait.dsl import Tensor, algorithm, evaluate, max, min, name, relu, sum, where
+from plait.dsl import Tensor, algorithm, evaluate, max, name, relu, sum, where
+
+from ad_cases import col_max, col_min
 
 BF16, FP16 = ml_dtypes.bfloat16, np.float16
 SHORT = {BF16: "bf16", FP16: "fp16", np.float32: "fp32"}
-
-
-@algorithm
-def col_max(x: Tensor["M", "N"]):
-    return max(x * 1.3, over="M")
-
-
-@algorithm
-def col_min(x: Tensor["M", "N"]):
-    return min(x * 1.3, over="M")
 
 
 @algorithm
