@@ -3,7 +3,8 @@
 # and gradient, and the fuzzer on the machine's CPU cores while the GPU works.
 #   STAGES="fuzz tier memcheck" bash bench/device_correctness.sh
 #   STAGES="fuzz racecheck synccheck torch" FUZZ_KIND=grad bash bench/device_correctness.sh
-# fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED),
+# fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED,
+# FUZZ_SECONDS),
 # waited for at the end; tier: tests -m gpu (tests/torch_interop aside); torch: its GPU twins;
 # memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
 # algorithms). Carry .wheels (hypothesis for the fuzzer) with the call. Logs go to $OUT.
@@ -20,7 +21,9 @@ for stage in ${STAGES:-fuzz tier memcheck}; do
   case $stage in
     fuzz)
       workers=$(( $(nproc) - 2 ))
-      timeout ${FUZZ_TIMEOUT:-540} python3 tools/fuzz.py --cases ${FUZZ_CASES:-10000} \
+      # Stops sending cases after FUZZ_SECONDS and prints its summary; the timeout is a backstop.
+      timeout ${FUZZ_TIMEOUT:-570} python3 tools/fuzz.py --cases ${FUZZ_CASES:-10000} \
+        --seconds ${FUZZ_SECONDS:-480} \
         --workers $workers --kind ${FUZZ_KIND:-forward} --seed ${FUZZ_SEED:-0} \
         > "$OUT/fuzz_${FUZZ_KIND:-forward}.log" 2>&1 &
       fuzz_pid=$! ;;

@@ -105,6 +105,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kind", choices=KINDS, default="all")
     ap.add_argument("--seed", type=int, default=0, help="case i uses seed SEED + i")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds before a case hangs")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="send no new case after this many seconds (the summary says how many ran)")
     ap.add_argument("--memory-gb", type=float, default=8.0, help="address space per worker")
     ap.add_argument("--replay", type=int, help="run the case of this seed here and print it")
     args = ap.parse_args(argv)
@@ -152,17 +154,20 @@ class Pool:
         start = time.time()
         seeds = iter(range(a.seed, a.seed + a.cases))
         pending = True
+        sent = 0
         for _ in range(min(a.workers, a.cases)):
             self.spawn()
         done = 0
         while self.busy or (pending and self.idle):
             while pending and self.idle:
-                seed = next(seeds, None)
+                late = a.seconds is not None and time.time() - start > a.seconds
+                seed = None if late else next(seeds, None)
                 if seed is None:
                     pending = False
                     break
                 conn, p = self.idle.pop()
                 conn.send(seed)
+                sent += 1
                 self.busy[conn] = (p, seed, time.time())
             for conn in wait(list(self.busy), timeout=1.0):
                 p, seed, _ = self.busy.pop(conn)
@@ -193,8 +198,9 @@ class Pool:
         c = self.counts
         print(f"({c['ok']} agreed, {c['skip']} no test case: an answer out of its dtype's "
               "range, or a NaN output under a gradient)")
-        print(f"fuzz: {a.cases} cases, {c['wrong']} wrong, {c['crash']} crashes, "
-              f"{c['hang']} hangs in {time.time() - start:.0f} s")
+        print(f"fuzz: {done} cases (seeds {a.seed}..{a.seed + sent - 1}, kind {a.kind}), "
+              f"{c['wrong']} wrong, {c['crash']} crashes, {c['hang']} hangs in "
+              f"{time.time() - start:.0f} s")
         return 0 if c["wrong"] + c["crash"] + c["hang"] == 0 else 1
 
 
