@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -197,6 +198,12 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
     for p in graph.params:
         if not p.is_tensor and p.name not in values:
             values[p.name] = p.default
+    if ir_executor():
+        from .cpu.ir_interp import run_kernel
+        from .ir.build import build_program
+        for k in build_program(low.threads, low.tiles, target, low.sizes):
+            run_kernel(k, low.sizes, arrays, values, check_layouts=True)
+        return {name: arrays[name] for name in graph.outputs}
     for t in low.threads:
         if isinstance(t, (GemmProgram, StreamKernel)):
             run_stream_program(t.program if isinstance(t, GemmProgram) else t.tile,
@@ -204,6 +211,12 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
         else:
             emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
+
+
+def ir_executor() -> bool:
+    """Whether `emulate` runs the one IR's interpreter (PLAIT_IR_EXECUTOR=1) instead of the
+    executors of today's paths: the switch of the IR's first step, off by default."""
+    return os.environ.get("PLAIT_IR_EXECUTOR", "0") == "1"
 
 
 def _poisoned(b: Buffer, sizes) -> np.ndarray:
@@ -217,7 +230,7 @@ def _poisoned(b: Buffer, sizes) -> np.ndarray:
     return np.full(shape, -7, b.dtype.numpy)
 
 
-STAGES = ("algorithm", "kernels", "tile", "thread", "llir", "ptx")
+STAGES = ("algorithm", "kernels", "tile", "thread", "ir", "llir", "ptx")
 
 
 def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
@@ -225,6 +238,8 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     """The text of every stage, keyed by stage name (the `--dump` file names). The llir
     and ptx stages map each kernel to its own whole module, which ptxas assembles as
     written (joined, a second `.version` line is a parse error)."""
+    from .ir.build import build_program
+    from .ir.printer import kernel_text
     from .nvptx.backend import emit_llvm_ir, llvm_to_ptx
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}
@@ -245,6 +260,8 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
         "kernels": low.kernel_graph.text(),
         "tile": "\n".join(t.text() for t in low.tiles),
         "thread": "\n".join(t.text() for t in low.threads),
+        "ir": "\n".join(kernel_text(k) for k in
+                        build_program(low.threads, low.tiles, target, low.sizes)),
         "llir": llir,
         "ptx": ptx,
     }

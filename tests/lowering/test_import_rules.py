@@ -6,12 +6,13 @@ below it: "graph.kernels") or to what it names outside ("llvmlite.ir"). A *code
 generator* is any module of nvptx/, gemm/ and stream/ but the paths' plans (PLANS, plain
 data the CPU executors read too). The rules:
 
-- graph/ (stage 2) and tileir/ (stages 3-4) import no code generator and not llvmlite;
+- graph/ (stage 2), tileir/ (stages 3-4) and ir/ (the one IR, built from the paths' plans)
+  import no code generator and not llvmlite;
   nor does cpu/, the executors that are the emitters' spec (graph/ may read a plan: the
   kernel graph asks gemm.tiles for split-K);
 - llvmlite is imported only in nvptx/, gemm/ and stream/, and nowhere else in plait;
-- stages come in order: graph/ imports nothing of tileir/, cpu/, nvptx/ or stream/;
-  tileir/ nothing of cpu/; target, artifact and limits import no folder, and no module
+- stages come in order: graph/ imports nothing of tileir/, ir/, cpu/, nvptx/ or stream/;
+  tileir/ nothing of ir/ or cpu/; ir/ (the one IR) nothing of cpu/; target, artifact and limits import no folder, and no module
   imports pipeline;
 - nvptx/, shared by every emitter, imports nothing of one path (gemm/, stream/), and the
   paths import nothing of each other;
@@ -35,7 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LOWERING = ROOT / "lowering"
 PKG = "plait.lowering"
-FOLDERS = ("graph", "tileir", "cpu", "nvptx", "gemm", "stream")
+FOLDERS = ("graph", "tileir", "ir", "cpu", "nvptx", "gemm", "stream")
 TOP = {"__init__", "pipeline", "artifact", "target", "limits"}
 EMITTING = {"nvptx", "gemm", "stream"}      # the folders where llvmlite may be imported
 PLANS = {"gemm.plan", "gemm.tiles", "stream.plan"}   # what a path compiles: no code generated
@@ -175,7 +176,7 @@ def test_llvmlite_only_in_the_emitting_folders():
     assert not others, f"llvmlite imported outside lowering/: {others}"
 
 
-@pytest.mark.parametrize("stage", ["graph", "tileir", "cpu"])
+@pytest.mark.parametrize("stage", ["graph", "tileir", "ir", "cpu"])
 def test_stages_and_executors_import_no_code_generator(stage):
     def rule(m, imp):
         if folder(m) != stage:
@@ -187,7 +188,8 @@ def test_stages_and_executors_import_no_code_generator(stage):
 
 
 def test_stages_come_in_order():
-    later = {"graph": {"tileir", "cpu", "nvptx", "stream"}, "tileir": {"cpu"}}
+    later = {"graph": {"tileir", "ir", "cpu", "nvptx", "stream"}, "tileir": {"ir", "cpu"},
+             "ir": {"cpu"}}
 
     def rule(m, imp):
         if not imp.inside:

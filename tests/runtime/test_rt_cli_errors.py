@@ -133,9 +133,9 @@ def test_dump_writes_one_ptx_module_per_kernel(tmp_path, monkeypatch, capsys):
     assert cli.main(["compile", str(ROOT / "examples" / "matmul.py"), "--dump", str(out),
                      "--shape", "M=64,N=64,K=256", "--dtype", "fp32"]) == 0
     ptx = sorted(p.name for p in out.glob("*.ptx"))
-    assert ptx == ["05_ptx.matmul.ptx", "05_ptx.matmul_finish.ptx"]
-    assert sorted(p.name for p in out.glob("*.ll")) == ["04_llir.matmul.ll",
-                                                        "04_llir.matmul_finish.ll"]
+    assert ptx == ["06_ptx.matmul.ptx", "06_ptx.matmul_finish.ptx"]
+    assert sorted(p.name for p in out.glob("*.ll")) == ["05_llir.matmul.ll",
+                                                        "05_llir.matmul_finish.ll"]
     text = capsys.readouterr().out
     if ptxas.find_ptxas() is None:
         pytest.skip("no ptxas: the modules are not assembled")

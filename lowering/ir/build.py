@@ -1,0 +1,101 @@
+"""The one builder: every kernel the pipeline lowers, in the IR, with the layouts its path
+gives its values today.
+
+`build_kernel(plan)` takes what `pipeline.lower` made for one kernel (a ThreadProgram, a
+GemmProgram or a StreamKernel) and writes its tile program as IR ops, turning the flat
+`loop ... yield` of loop programs into a `for` with a body, and giving each value a layout
+(`layout_simt.py`, `layout_tc.py`). A SIMT kernel that walks an axis index by index gets
+that walk as a `for` too, its reductions over the axis carried through it.
+"""
+from __future__ import annotations
+
+from ..gemm.plan import GemmProgram
+from ..graph.kernel_plan import REDUCE_OPS
+from ..stream.plan import StreamKernel
+from ..tileir.thread import ThreadProgram
+from ..tileir.tile import TileOp, TileProgram
+from ..tileir.tile_stream import loop_body
+from .layout_simt import SimtLayouts, simt_loop
+from .layout_tc import GemmLayouts, StreamLayouts
+from .nodes import Builder, Kernel, Type
+
+def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) -> Kernel:
+    """The IR of one lowered kernel: `plan` as `pipeline.lower` made it, `tile` the tile
+    program it was made from, `sizes` every axis's extent (derived ones included)."""
+    if isinstance(plan, ThreadProgram):
+        layouts, path = SimtLayouts(plan, sizes), "simt"
+    elif isinstance(plan, GemmProgram):
+        tile, layouts, path = plan.program, GemmLayouts(plan, sizes), "gemm"
+    elif isinstance(plan, StreamKernel):
+        tile, layouts, path = plan.tile, StreamLayouts(plan, sizes), "stream"
+    else:
+        raise TypeError(f"no IR builder for {type(plan).__name__}")
+    b = Builder()
+    ops = list(tile.ops)
+    if getattr(layouts, "walk", None) is not None:
+        ops = simt_loop(ops, layouts.walk, layouts)
+    translate(b, ops, layouts, {})
+    return Kernel(plan.name, target, path, tuple(plan.buffers), tuple(plan.scalars),
+                  tuple(layouts.grid), layouts.threads, tuple(sorted(b.types.items())),
+                  b.block(), tuple(layouts.attrs))
+
+
+def translate(b: Builder, ops: list[TileOp], layouts, value: dict[int, int]) -> None:
+    """Append `ops` (a tile program's, or a loop body's) to `b`; `value` maps tile op ids
+    to IR values and grows as ops are written."""
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op.op == "loop":
+            body, yielded = loop_body(ops, op.id)
+            _for(b, op, body, yielded, ops, layouts, value)
+            i = ops.index(yielded) + 1
+            continue
+        if op.op != "result":       # a loop's results are its `for`'s, mapped by _for
+            _one(b, op, layouts, value)
+        i += 1
+
+
+def _type(op: TileOp, layouts) -> Type:
+    return Type(op.axes, op.dtype, layouts.of(op))
+
+
+def _for(b: Builder, loop: TileOp, body, yielded: TileOp, ops, layouts, value) -> None:
+    carried = sorted((o for o in body if o.op == "carried" and o.attr("loop") == loop.id),
+                     key=lambda o: o.attr("index"))
+    b.open()
+    params = []
+    for c in carried:
+        params.append(b.value(_type(c, layouts)))
+        value[c.id] = params[-1]
+    translate(b, [o for o in body if o.op != "carried" or o.attr("loop") != loop.id],
+              layouts, value)
+    b.op("yield", tuple(value[a] for a in yielded.args))
+    block = b.close(tuple(params))
+    attrs = {k: v for k, v in loop.attrs}
+    for_op = b.for_op(tuple(value[a] for a in loop.args), block,
+                      tuple(_type(c, layouts) for c in carried), **attrs)
+    for o in ops:
+        if o.op == "result" and o.attr("loop") == loop.id:
+            value[o.id] = for_op.results[o.attr("index")]
+
+
+def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
+    args = tuple(value[a] for a in op.args)
+    attrs = dict(op.attrs)
+    attrs.pop("region", None)
+    if op.op == "dot":
+        a, bb = (layouts.operand(b, args[i], role, op) for i, role in ((0, "a"), (1, "b")))
+        args = (a, bb) + args[2:]
+    if op.op in REDUCE_OPS:
+        value[op.id] = b.emit("reduce", args, _type(op, layouts), combine=op.op, **attrs)
+    elif op.op in ("store", "atomic_add", "barrier"):
+        b.op(op.op, args, None, **attrs)
+    else:
+        value[op.id] = b.emit(op.op, args, _type(op, layouts), **attrs)
+
+
+def build_program(threads, tiles, target: str, sizes: dict[str, int]) -> tuple[Kernel, ...]:
+    """The IR of every kernel `pipeline.lower` made: `threads` and `tiles` as in its
+    `Lowered`, `sizes` every axis's extent."""
+    return tuple(build_kernel(t, tile, target, sizes) for t, tile in zip(threads, tiles))
