@@ -27,7 +27,7 @@ from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import make_layout
 from .graph.policy import resolve
 from .target import DEFAULT_TARGET, get_target
-from .limits import SMS, STATIC_SHARED_LIMIT, check_extents, check_grids
+from .limits import STATIC_SHARED_LIMIT, check_extents, check_grids
 from .tileir.thread import ThreadProgram, build_thread_program
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
@@ -47,14 +47,18 @@ class Lowered:
 
 
 def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-          aligned: bool, target: str = DEFAULT_TARGET, multiprocessors: int = SMS) -> Lowered:
+          aligned: bool, target: str = DEFAULT_TARGET,
+          multiprocessors: int | None = None) -> Lowered:
     """Stages 2-4: kernel graph, tile programs, thread (or GEMM) programs.
-    `multiprocessors`: the device's SM count, which a `wave` grid tile spreads over.
+    `multiprocessors`: the device's SM count, which a `wave` grid tile, split-K and the
+    GEMM tiles plan for; None: the target table's figure (a compile for sm_80 plans for
+    an A100's 108, not the default target's 132).
 
     Contraction kernels are first kept whole for the tensor cores; one the target's
     instruction cannot take (the reason is in the kernel graph) is planned again as a
     generic kernel."""
     spec = get_target(target)
+    multiprocessors = multiprocessors or spec.sms
     check_extents(sizes)
     if schedule is not None:   # ranges, and what the target takes, on every path
         validate(schedule, target=spec)
@@ -118,7 +122,7 @@ def _warn_unused_contraction_keys(kg: KernelGraph, schedule: Schedule | None,
 
 def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                        aligned: bool, target: str = DEFAULT_TARGET,
-                       multiprocessors: int = SMS) -> str:
+                       multiprocessors: int | None = None) -> str:
     """What a compiled program depends on beyond graph, schedule and target:
     fragment shapes and vector widths (sizes of gridded axes stay run-time, except where
     a `wave` tile derives rows per block from them)."""
@@ -158,7 +162,7 @@ def entry_name(kernel_name: str) -> str:
 
 
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
-                    aligned: bool, target: str, multiprocessors: int = SMS) -> Program:
+                    aligned: bool, target: str, multiprocessors: int | None = None) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
     from .nvptx.backend import emit_ptx
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
@@ -179,7 +183,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
                                       grid_xyz=True))
     kg = low.kernel_graph
     program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
-    check_grids(program, sizes, multiprocessors)
+    check_grids(program, sizes, multiprocessors or get_target(target).sms)
     return program
 
 

@@ -27,7 +27,7 @@ from . import arrays, binding
 from . import cache as program_cache
 
 from plait.lowering.limits import check_grids
-from plait.lowering.target import DEFAULT_TARGET  # one definition, in the target table
+from plait.lowering.target import DEFAULT_TARGET, get_target  # the target table
 DEVICES = ("auto", "cpu", "gpu")
 _programs: dict[tuple, object] = {}   # (graph, schedule, sizes, aligned, target) -> Program
 _PROGRAMS_KEPT = 256
@@ -157,13 +157,11 @@ def source_fingerprint(root: Path, folders=("dsl", "schedule", "lowering")) -> s
 
 
 @functools.cache
-def _multiprocessors() -> int:
+def _multiprocessors() -> int | None:
     """The SMs of the device kernels will run on (a `wave` grid tile spreads over them);
-    without a GPU, the planning figure of the lowering."""
-    from plait.lowering.limits import SMS
-
+    without a GPU, None: the lowering plans for the target's figure."""
     from . import driver
-    return driver.multiprocessors() if driver.gpu_available() else SMS
+    return driver.multiprocessors() if driver.gpu_available() else None
 
 
 def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: str):
@@ -192,7 +190,8 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     program = program_cache.get_or_build(
         key_parts, lambda: pipeline.compile_program(graph, schedule, sizes, aligned, target,
                                                     sms))
-    check_grids(program, sizes, sms)     # a program built for other sizes may not launch
+    # A program built for other sizes may not launch.
+    check_grids(program, sizes, sms or get_target(target).sms)
     if len(_programs) >= _PROGRAMS_KEPT:
         _programs.pop(next(iter(_programs)))
     _programs[memo] = program
