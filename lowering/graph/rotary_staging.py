@@ -54,7 +54,7 @@ def stage_rotations(name: str, staged: list[tuple[str, Node]], outputs: dict[str
                         done.append((buf, ins[0]))
                         temps[ins[0].uid] = Node("input", (), ins[0].axes, ins[0].dtype,
                                                  make_attrs(name=buf), n.loc)
-                    ins = (temps[ins[0].uid],)
+                    ins = (temps[ins[0].uid],) + ins[1:]
             memo[n.uid] = n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype,
                                                          n.attrs, n.loc)
         return memo[value.uid]
