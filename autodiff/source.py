@@ -138,6 +138,12 @@ class _Printer:
         if n.op == "blocked":
             pairs = ", ".join(f"{_q(c)}: {_q(f)}" for c, f in n.attr("blocks"))
             return f'blocked({ops[0][0]}, {{{pairs}}}, {n.attr("size")})', _ATOM
+        if n.op == "take":
+            return f'take({ops[0][0]}, {ops[1][0]}, axis={_q(n.attr("axis"))})', _ATOM
+        if n.op == "scatter_add":
+            batch = f", batch=({_quote_axes(n.attr('batch'))},)" if n.attr("batch") else ""
+            return (f'scatter_add({ops[0][0]}, {ops[1][0]}, axis={_q(n.attr("axis"))}'
+                    f'{batch})'), _ATOM
         raise PlaitError(f"to_source: no DSL spelling for op {n.op!r}", n.loc)
 
     def variable(self, n: Node) -> str:

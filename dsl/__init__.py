@@ -2,6 +2,7 @@
 from .algorithm import Algorithm, Param, algorithm
 from .dtypes import DType, dtype_of, promote, promotion_table, round_to
 from .errors import PlaitError, SourceLoc
+from .gather import scatter_add, take
 from .graph import AlgorithmGraph
 from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
 from .node import OPS, Node
@@ -22,6 +23,6 @@ __all__ = [
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
-    "where",
+    "where", "take", "scatter_add",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

@@ -19,6 +19,8 @@ import numpy as np
 from plait.dsl.dtypes import DType, round_to
 
 from . import mathfns
+from .gather import scatter_add as _scatter_add
+from .gather import take_load as _take_load
 from ..tileir.rotate_load import source_index
 from ..tileir.thread import ThreadProgram
 
@@ -105,9 +107,12 @@ class _Machine:
 
 
 def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[str, np.ndarray],
-                       scalars: dict[str, float]) -> None:
-    """Execute `prog`, reading and writing the numpy buffers in `arrays` (by buffer name)."""
+                       scalars: dict[str, float], check_indices: bool = True) -> None:
+    """Execute `prog`, reading and writing the numpy buffers in `arrays` (by buffer name).
+    With `check_indices`, an index of take or scatter_add outside its axis raises, where
+    the GPU masks it (the element reads 0, the add is dropped)."""
     m = _Machine(prog, sizes)
+    m.check_indices = check_indices
     vals: dict[int, np.ndarray] = {}
     region = {op.id: op.attr("region", "pre") for op in prog.ops}
     for op in prog.ops:
@@ -146,6 +151,10 @@ def _rounded(value, op):
 
 def _step(m: _Machine, op, args, arrays, scalars):
     kind = op.op
+    if kind == "load" and op.attr("take") is not None:
+        return _take_load(m, op, args[0], arrays)
+    if kind == "scatter_add":
+        return _scatter_add(m, op, args, arrays)
     if kind == "load":
         buf = arrays[op.attr("buffer")]
         axes = m.prog.buffer(op.attr("buffer")).axes

@@ -78,8 +78,11 @@ def block_axes(nodes: list[Node]) -> set[str]:
 def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]:
     used: set[str] = set()
     masks = {n.inputs[0].uid for n in nodes if n.op == "blocked"}   # read at fine axes
+    # A table take reads is addressed by index, and a scatter_add's result by index too:
+    # neither's own axes are walked (its operands' are).
+    masks |= {n.inputs[0].uid for n in nodes if n.op == "take"}
     for n in nodes:
-        if n.uid in masks:
+        if n.uid in masks or n.op == "scatter_add":
             continue
         used.update(a for a in n.axes if a != n.attr("partial"))
         if n.op in REDUCE_OPS:

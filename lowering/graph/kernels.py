@@ -32,6 +32,7 @@ from ..limits import SMS
 from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
+from .scatter_staging import stage_scatters
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)
@@ -98,6 +99,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         more, outputs = stage_contractions(graph.name, outputs)
         staged += more
     staged, outputs = stage_rotations(graph.name, staged, outputs, sizes)  # computed operands
+    staged, outputs, zeroed = stage_scatters(graph.name, staged, outputs, policy.storage_of)
     staged, outputs = stage_invariant_reductions(graph.name, staged, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
     # computes dx row by row and accumulates dw, db over the rows a block walks. For
@@ -108,13 +110,15 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         axes = iteration_axes(nodes, graph.axis_order)
         alone = tensor_cores and any(is_contraction(n) for n in nodes)
         groups.setdefault((axes, name) if alone else (axes,), []).append(name)
-        buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output"))
+        buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output",
+                              zero=name in zeroed))
     generic = dict(generic or {})
     planner = _Planner(graph, schedule, policy, sizes,
                        lambda name: bool(tensor_cores) and name not in generic, tensor_cores,
                        multiprocessors, threads_per_sm)
     for buf, value in staged:
-        planner.temps.append(Buffer(buf, policy.storage_of(buf, value.dtype), value.axes, "temp"))
+        held = DType.FP32 if buf in zeroed else policy.storage_of(buf, value.dtype)
+        planner.temps.append(Buffer(buf, held, value.axes, "temp", zero=buf in zeroed))
         planner.plan(buf, {buf: value})
     for out, st in streamed.items():
         buffers.append(Buffer(out, policy.storage_of(out, st.out.dtype), st.out.axes,
@@ -181,8 +185,10 @@ class _Planner:
 
     def _itemsize(self, nodes) -> int:
         # A total held wider than its dtype leaves the kernel's vector width as it was.
+        # An index take reads (int64 token ids) is not read along the vector's axis.
+        indices = {n.inputs[1].uid for n in nodes if n.op in ("take", "scatter_add")}
         return max([self.widened.get(n.attr("name"), n.dtype).itemsize
-                    for n in nodes if n.op == "input"] or [4])
+                    for n in nodes if n.op == "input" and n.uid not in indices] or [4])
 
     def plan(self, name: str, outputs: dict[str, Node],
              kernel_schedule: KernelSchedule | None = None) -> None:

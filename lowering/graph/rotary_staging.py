@@ -1,4 +1,4 @@
-"""Cutting the computed operands of rotate_half out into temporaries.
+"""Cutting the computed operands of rotate_half (and the tables of take) out into temporaries.
 
 rotate_half moves values along an axis: element i of the result is (minus) element
 i ± n/2 (or i ^ 1, interleaved) of its operand, which another thread of the block, or
@@ -17,6 +17,9 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.node import Node, make_attrs, topo_order
 
 ROTATE = "rotate_half"
+# Ops that read their first operand at remapped positions, and their temporaries' names:
+# `take` reads a table row by row at indices, so a computed table is staged the same way.
+MOVED = {ROTATE: "rot", "take": "table"}
 
 
 def _check_even(n: Node, sizes: dict[str, int]) -> None:
@@ -42,15 +45,16 @@ def stage_rotations(name: str, staged: list[tuple[str, Node]], outputs: dict[str
             if n.uid in memo:
                 continue
             ins = tuple(memo[i.uid] for i in n.inputs)
-            if n.op == ROTATE:
-                _check_even(n, sizes)
+            if n.op in MOVED:
+                if n.op == ROTATE:
+                    _check_even(n, sizes)
                 if ins[0].op != "input":
                     if ins[0].uid not in temps:    # rotated twice, written once
-                        buf = f"{name}.rot{len(temps)}"
+                        buf = f"{name}.{MOVED[n.op]}{len(temps)}"
                         done.append((buf, ins[0]))
                         temps[ins[0].uid] = Node("input", (), ins[0].axes, ins[0].dtype,
                                                  make_attrs(name=buf), n.loc)
-                    ins = (temps[ins[0].uid],)
+                    ins = (temps[ins[0].uid],) + ins[1:]
             memo[n.uid] = n if ins == n.inputs else Node(n.op, ins, n.axes, n.dtype,
                                                          n.attrs, n.loc)
         return memo[value.uid]

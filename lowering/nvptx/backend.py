@@ -17,7 +17,7 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from . import ops as L
-from . import ptx_pool
+from . import gather, ptx_pool
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
@@ -251,7 +251,10 @@ class _Emitter(ReductionEmitter):
         shape = self.frag_shape(op.axes)
         args = [self.values[a] for a in op.args]
         if kind == "load":
-            return self._load(op)
+            return gather.take_load(self, op) if op.attr("take") else self._load(op)
+        if kind == "scatter_add":
+            gather.scatter_add(self, op, *args)
+            return None
         if kind == "store":
             self._store(op, args[0])
             return None

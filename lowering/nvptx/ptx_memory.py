@@ -106,3 +106,11 @@ def asm_store_words(b: ir.IRBuilder, addr, mask, words: list, regs: int) -> None
     constraints = ",".join(["l", "r"] + [code] * count + ["~{memory}"])
     fnty = ir.FunctionType(ir.VoidType(), [L.I64, L.I32] + [reg_ty] * count)
     b.asm(fnty, text, constraints, [addr, b.zext(mask, L.I32)] + words, True)
+
+
+def asm_red_add_f32(b: ir.IRBuilder, addr, mask, value) -> None:
+    """One (predicated) fp32 atomic add into global memory, its old value not read."""
+    red = "red.global.add.f32 [$0], $2;"
+    text = red if L.always_true(mask) else f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p {red} }}"
+    fnty = ir.FunctionType(ir.VoidType(), [L.I64, L.I32, L.F32])
+    b.asm(fnty, text, "l,r,f,~{memory}", [addr, b.zext(mask, L.I32), value], True)

@@ -48,7 +48,7 @@ class ReductionEmitter:
         remaining = b.sub(self.size(axis), self.base(axis))
         tile = L.i32(self.lay.loop.tile)
         self.loop_count = b.select(b.icmp_unsigned("<", remaining, tile), remaining, tile)
-        streamed = [op for op in body if op.op == "load"
+        streamed = [op for op in body if op.op == "load" and op.attr("take") is None
                     and axis in self.prog.buffer(op.attr("buffer")).axes] if depth else []
         staged = [op for op in streamed if op.attr("staged") is not None]
         streamed = [op for op in streamed if op.attr("staged") is None]

@@ -117,6 +117,7 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
 
     buffers = {b.name: b for b in tile.buffers}
     tile_ops = cluster_reductions(list(tile.ops))
+    tile_ops_by_id = {op.id: op for op in tile.ops}
     i = 0
     while i < len(tile_ops):
         op = tile_ops[i]
@@ -126,6 +127,9 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
             if op.attr("rotate") is not None:
                 vec = rotated_vector(op.attr("rotate"), buffers[op.attr("buffer")], layout,
                                      vec, sizes)
+            if op.attr("take") is not None and layout.col is not None and \
+                    layout.col.axis in tile_ops_by_id[op.args[0]].axes:
+                vec = 1       # the row changes along the vector: one element at a time
             remap[op.id] = emit(op, args, vector=vec)
         elif op.op in REDUCE_OPS:
             group = [op]
@@ -191,7 +195,8 @@ def _stage_streamed_loads(ops: list[TileOp], layout: Layout, buffers, start: int
     for op in ops:
         buf = buffers[op.attr("buffer")] if op.op == "load" else None
         if buf is None or op.attr("region") != "loop" or layout.loop.axis not in buf.axes \
-                or op.attr("rotate") is not None:   # a rotated row is read by registers
+                or op.attr("rotate") is not None or op.attr("take") is not None:
+            # a rotated row is read by registers; a taken one needs its index first
             out.append(op)
             continue
         if op.attr("vector") * buf.dtype.itemsize not in (4, 8, 16):

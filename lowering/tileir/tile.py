@@ -19,6 +19,8 @@ from ..graph.kernel_plan import REDUCE_OPS, KernelGraph, KernelPlan
 from ..graph.policy import ResolvedPolicy
 
 IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
+# Ops that read their first operand at other positions (their other operands plainly).
+REMAPPED = ("rotate_half", "blocked", "take")
 
 
 @dataclass(frozen=True)
@@ -95,15 +97,24 @@ class _Builder:
 
     def build(self) -> TileProgram:
         nodes = topo_order([v for _, v in self.plan.outputs])
-        # An input only rotate_half (or blocked) reads is loaded through it, never plainly.
-        plain = {i.uid for n in nodes if n.op not in ("rotate_half", "blocked")
-                 for i in n.inputs} | {v.uid for _, v in self.plan.outputs}
+        # An input only rotate_half (or blocked, or take as its table) reads is loaded
+        # through it, never plainly.
+        plain = {i.uid for n in nodes for i in n.inputs[1 if n.op in REMAPPED else 0:]} | \
+            {v.uid for _, v in self.plan.outputs}
         # A load is placed just before its first use: a row kept in registers across a
         # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
         # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
             if n.op in ("rotate_half", "blocked"):
                 self.value[n.uid] = self._lower(n)
+                continue
+            if n.op == "take":           # the index first: it is the table's row
+                self._load_once(n.inputs[1])
+                self.value[n.uid] = self._take_load(n)
+                continue
+            if _scatter_of(n) is not None:  # lowered where it is stored
+                for inp in n.inputs:
+                    self._load_once(inp)
                 continue
             for inp in n.inputs:
                 self._load_once(inp)
@@ -114,6 +125,9 @@ class _Builder:
                 self.value[n.uid] = self._lower(n)
         for buf, n in self.plan.outputs:
             self.use_buffer(buf)
+            if _scatter_of(n) is not None:
+                self._scatter(buf, _scatter_of(n))
+                continue
             self.emit("store", (self.value[n.uid],), self.buffers[buf].axes,
                       self.buffers[buf].dtype, buffer=buf)
         ordered = [b for b in self.used_buffers if self.buffers[b].role == "input"] + \
@@ -156,6 +170,27 @@ class _Builder:
                            blocks=n.attr("blocks"), block=n.attr("size"))
         self.value[n.uid] = self._to_register(loaded, n.axes, src.dtype)
         return self.value[n.uid]
+
+    def _take_load(self, n: Node) -> int:
+        """take of a tensor in memory: a load over the result's axes whose row along the
+        taken axis is the index value (an out-of-range one reads 0)."""
+        table, idx = n.inputs
+        if table.op != "input":
+            raise PlaitError("take of a computed table reached the tile program unstaged "
+                             "(lowering/graph/rotary_staging.py stages it)", n.loc)
+        self.use_buffer(table.attr("name"))
+        loaded = self.emit("load", (self.value[idx.uid],), n.axes, table.dtype,
+                           buffer=table.attr("name"), take=n.attr("axis"))
+        return self._to_register(loaded, n.axes, table.dtype)
+
+    def _scatter(self, buf: str, n: Node) -> None:
+        """scatter_add into `buf` (zeroed): an fp32 atomic add per element of src, at the
+        index's row along the scattered axis, over the axes of src and idx."""
+        src, idx = n.inputs
+        space = set(src.axes) | set(idx.axes)
+        axes = tuple(a for a in self.plan.axes if a in space)
+        self.emit("scatter_add", (self.value[src.uid], self.value[idx.uid]), axes,
+                  DType.FP32, buffer=buf, take=n.attr("axis"))
 
     def _to_register(self, vid: int, axes, dtype: DType) -> int:
         reg = register_dtype(dtype)
@@ -204,6 +239,12 @@ class _Builder:
             inverse = self.emit("recip", args[1:], divisor.axes, reg)
             return self.emit("mul", (args[0], inverse), n.axes, reg, round=self._round_for(n))
         return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
+
+
+def _scatter_of(n: Node) -> Node | None:
+    """The scatter_add a stored value is (perhaps permuted into the buffer's order)."""
+    inner = n.inputs[0] if n.op == "permute" else n
+    return inner if inner.op == "scatter_add" else None
 
 
 def build_tile_programs(kg: KernelGraph, policy: ResolvedPolicy,
