@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from plait.dsl.dtypes import round_to
+from plait.dsl.errors import PlaitError
 
 from . import mathfns
 from .emulate import _NP
@@ -117,6 +118,10 @@ def _for(f: Frame, op: Op, vals: dict) -> list:
 def _op(f: Frame, op: Op, args: list):
     kind = op.name
     t = f.kernel.type_of(op.result) if op.results else None
+    if kind == "load" and op.attr("take") is not None:
+        return _take(f, op, args[0])
+    if kind == "scatter_add":
+        return _scatter_add(f, op, *args)
     if kind == "load":
         return _load(f, op)
     if kind in ("store", "atomic_add"):
@@ -168,6 +173,44 @@ def _load(f: Frame, op: Op) -> np.ndarray:
     if rotate is not None:
         picked = np.where(negate, -picked, picked)
     return np.where(ok, picked, np.zeros((), source.dtype))
+
+
+def _checked_index(f: Frame, op: Op, idx: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Where `idx` is a row of the taken axis; an index outside it raises (the GPU masks
+    it: the element reads 0, the add is dropped)."""
+    axis = op.attr("take")
+    inside = (idx >= 0) & (idx < f.sizes[axis])
+    bad = np.broadcast_to(ok, np.broadcast_shapes(ok.shape, inside.shape)) & ~inside
+    if bad.any():
+        raise PlaitError(f"kernel {f.kernel.name}: index "
+                         f"{int(np.broadcast_to(idx, bad.shape)[bad][0])} along {axis!r} "
+                         f"into {op.attr('buffer')!r} is outside [0, {f.sizes[axis]})")
+    return ok & inside
+
+
+def _take(f: Frame, op: Op, idx: np.ndarray) -> np.ndarray:
+    """The table at the index's row along the taken axis, the frame's positions elsewhere."""
+    buf = f.kernel.buffer(op.attr("buffer"))
+    t = f.kernel.type_of(op.result)
+    ok = _checked_index(f, op, idx, f.inside(t.axes))
+    where = tuple(np.where(ok, idx if a == op.attr("take") else f.index(a), 0)
+                  for a in buf.axes)
+    source = f.arrays[buf.name]
+    return np.where(ok, source[where], np.zeros((), source.dtype))
+
+
+def _scatter_add(f: Frame, op: Op, src: np.ndarray, idx: np.ndarray) -> None:
+    """src added, in the buffer's dtype, at the index's row along the scattered axis."""
+    buf = f.kernel.buffer(op.attr("buffer"))
+    target = f.arrays[buf.name]
+    ok = _checked_index(f, op, idx, f.inside(op.attr("over")))
+    at = [np.where(ok, idx if a == op.attr("take") else f.index(a), 0) for a in buf.axes]
+    shape = np.broadcast_shapes(ok.shape, src.shape, *[p.shape for p in at])
+    ok = np.broadcast_to(ok, shape)
+    value = np.broadcast_to(src, shape)[ok].astype(np.float64)
+    np.add.at(target, tuple(np.broadcast_to(p, shape)[ok] for p in at),
+              round_to(value, buf.dtype).astype(target.dtype))
+    return None
 
 
 def _store(f: Frame, op: Op, value: np.ndarray, add: bool) -> None:

@@ -87,9 +87,11 @@ def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
     if op.op == "dot":
         a, bb = (layouts.operand(b, args[i], role, op) for i, role in ((0, "a"), (1, "b")))
         args = (a, bb) + args[2:]
+    if op.op == "scatter_add":      # no result to carry its axes: it adds over these
+        attrs["over"] = op.axes
     if op.op in REDUCE_OPS:
         value[op.id] = b.emit("reduce", args, _type(op, layouts), combine=op.op, **attrs)
-    elif op.op in ("store", "atomic_add", "barrier"):
+    elif op.op in ("store", "atomic_add", "scatter_add", "barrier"):
         b.op(op.op, args, None, **attrs)
     else:
         value[op.id] = b.emit(op.op, args, _type(op, layouts), **attrs)

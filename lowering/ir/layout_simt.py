@@ -55,7 +55,7 @@ def simt_loop(ops: list[TileOp], walk, layouts: SimtLayouts) -> list[TileOp]:
     place, ready = {}, {}
     for op in ops:
         after = max((ready[a] for a in op.args), key=_ORDER.get, default="pre")
-        touches = axis in op.axes or (op.op in ("load", "store", "atomic_add")
+        touches = axis in op.axes or (op.op in ("load", "store", "atomic_add", "scatter_add")
                                       and axis in layouts.buffers[op.attr("buffer")].axes)
         carried = op.op in REDUCE_OPS and op.attr("axis") == axis
         where = "loop" if touches or carried else after

@@ -107,7 +107,7 @@ def walk(block: Block):
 # None where it varies. The verifier checks these; the interpreter runs them.
 STRUCTURAL = {
     "const": (0, 1), "param": (0, 1), "size": (0, 1), "iota": (0, 1),
-    "load": (0, 1), "store": (1, 0), "atomic_add": (1, 0),
+    "load": (None, 1), "store": (1, 0), "atomic_add": (1, 0), "scatter_add": (2, 0),
     "convert": (1, 1), "round": (1, 1), "convert_layout": (1, 1),
     "reduce": (None, None), "dot": (None, 1), "for": (None, None), "yield": (None, 0),
 }

@@ -115,6 +115,8 @@ class _Checker:
             if extra:
                 self.fail(op, f"stores a value over {sorted(extra)} into {buf.name}"
                               f"[{','.join(buf.axes)}]")
+        if op.name == "load" and len(op.args) != (op.attr("take") is not None):
+            self.fail(op, "a load takes an index operand exactly when it is a take")
         if op.name == "dot":
             self.dot(op, args)
 

@@ -32,7 +32,7 @@ def test_every_kernel_builds_verifies_and_prints(label, algo, target):
         verify(k)
         assert kernel_text(k) == kernel_text(k2)
         ops = list(walk(k.body))
-        stores = [op for op in ops if op.name in ("store", "atomic_add")]
+        stores = [op for op in ops if op.name in ("store", "atomic_add", "scatter_add")]
         assert stores, f"{k.name} stores nothing"
         layouts = [k.type_of(v).layout for op in ops for v in op.results]
         if k.path == "simt":

@@ -68,3 +68,17 @@ def test_the_layout_check_catches_a_layout_that_drops_elements(monkeypatch):
     inputs = make_inputs(algo, dtypes, {"M": 5, "N": 700}, seed=3)
     with pytest.raises(AssertionError, match="no thread holding"):
         pipeline.emulate(algo.graph(dtypes), None, {"M": 5, "N": 700}, inputs, {})
+
+
+def test_an_index_outside_the_table_is_refused(monkeypatch):
+    from plait.dsl.errors import PlaitError
+    algo = dict(CASES)["embedding:embedding"]
+    monkeypatch.setenv("PLAIT_IR_EXECUTOR", "1")
+    monkeypatch.setenv("PLAIT_SKIP_BACKEND_CHECK", "1")
+    dtypes = {"ids": DType.INT64, "table": DType.FP32}
+    sizes = {"N": 29, "V": 37, "D": 24}
+    inputs = make_inputs(algo, dtypes, sizes, seed=5)
+    inputs["ids"] = inputs["ids"] % 37
+    inputs["ids"][11] = 37
+    with pytest.raises(PlaitError, match="index 37 along 'V'"):
+        pipeline.emulate(algo.graph(dtypes), None, sizes, inputs, {})
