@@ -23,6 +23,7 @@ from plait.schedule.validate import validate
 from .cpu import emulate as emulator
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
+from .graph.footprint import large_temporaries
 from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import make_layout
 from .graph.policy import resolve
@@ -90,6 +91,9 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
         if all(p.name in gemms for p in kg.kernels if p.contraction):
             break
     _warn_unused_contraction_keys(kg, schedule, generic)
+    cliff = large_temporaries(kg, full)
+    if cliff is not None:
+        warnings.warn(PlaitWarning(cliff), stacklevel=1)   # one place: shown once
     threads = []
     for plan, tile in zip(kg.kernels, tiles):
         if plan.name in gemms:
