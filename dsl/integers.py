@@ -1,7 +1,8 @@
 """Integer ops: `//`, `%`, `<<`, `>>`, `&`, `|`, `^`, `~`, their reference and gradient rule.
 
-On int32 and int64 (and `&`, `|`, `^`, `~` on bool, where they are logical ops), with
-answers defined for every input, since a kernel cannot raise:
+On int32 and int64, with answers defined for every input, since a kernel cannot raise
+(`&`, `|`, `^`, `~` on bools trace to logical_and, logical_or, `!=` and logical_not, the
+ops a streamed kernel's mask analysis reads to skip tiles):
 
 - `a // b` rounds toward minus infinity and `a % b` takes the divisor's sign, as in
   Python (-7 // 2 == -4, -7 % 2 == 1, 7 % -2 == -1), so a == (a // b) * b + a % b.

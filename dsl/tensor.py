@@ -270,12 +270,14 @@ def binary(op: str, a, b) -> Tensor:
 
 _SPELLING = {"floor_divide": "//", "remainder": "%", "left_shift": "<<",
              "right_shift": ">>", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_ON_BOOLS = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "ne"}
 
 
 def integer_binary(op: str, a, b) -> Tensor:
     """`//`, `%`, `<<`, `>>`, `&`, `|`, `^`: integer ops (dsl/integers.py has their
-    meaning). `&`, `|`, `^` also take two bools; floats are refused, since fp32 floor
-    division would round differently from the float64 reference near integers."""
+    meaning). On two bools `&`, `|`, `^` are logical_and, logical_or and `!=`; floats are
+    refused, since fp32 floor division would round differently from the float64
+    reference near integers."""
     sym = _SPELLING[op]
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise PlaitError(f"{sym} needs at least one tensor", user_location())
@@ -286,11 +288,13 @@ def integer_binary(op: str, a, b) -> Tensor:
         raise PlaitError(f"`{sym}` ({op}) is an integer op: its operands are {kinds}; "
                          "cast them first, e.g. cast(x, 'int32'), or use / for floats",
                          user_location())
-    if dtype == DType.BOOL and op not in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    if dtype == DType.BOOL and op not in _ON_BOOLS:
         raise PlaitError(f"`{sym}` ({op}) is not defined on two bools; cast one to "
                          "int32 first", user_location())
     a = _coerce(a, dtype, op)
     b = _coerce(b, dtype, op)
+    if dtype == DType.BOOL:         # the logical ops, which mask analysis reads for skipping
+        return compare("ne", a, b) if op == "bitwise_xor" else binary(_ON_BOOLS[op], a, b)
     return new_node(op, (a, b), canonical_axes(a.axes + b.axes), dtype)
 
 
@@ -303,6 +307,8 @@ def bitwise_not(x) -> Tensor:
     if x.dtype.is_float:
         raise PlaitError(f"`~` (bitwise_not) is an integer op, not defined on {x.dtype}; "
                          "cast first, e.g. cast(x, 'int32')", user_location())
+    if x.dtype == DType.BOOL:
+        return unary("logical_not", x)
     return new_node("bitwise_not", (x,), x.axes, x.dtype)
 
 

@@ -145,3 +145,20 @@ def test_dsl_source_round_trips_the_integer_ops():
     back = from_source(text)
     assert to_source(back) == text
     assert back.graph().text().split("\n", 1)[1] == spelled.graph().text().split("\n", 1)[1]
+
+
+def test_bool_operators_trace_to_the_logical_ops():
+    """`&` on masks is logical_and, so a streamed kernel's mask analysis (which skips
+    tiles by logical_and / logical_or / logical_not) reads it as it reads those."""
+    from plait.dsl import logical_and, logical_not, logical_or
+
+    @algorithm
+    def spelled(s: Tensor["S", "T"]):
+        causal = index("T") <= index("S")
+        return (causal & (s > 0.0)) | ~(s < 1.0) ^ causal
+
+    @algorithm
+    def called(s: Tensor["S", "T"]):
+        causal = index("T") <= index("S")
+        return logical_or(logical_and(causal, s > 0.0), logical_not(s < 1.0) != causal)
+    assert spelled.graph().text().split("\n", 1)[1] == called.graph().text().split("\n", 1)[1]
