@@ -51,7 +51,10 @@ def _finite(n: Node) -> bool:
     x = value_of(n)
     if x is not None:
         return math.isfinite(x)
-    return n.op == "size"
+    if n.op == "cast" and not n.inputs[0].dtype.is_float:
+        # an integer as a float: only fp16 (max 65504) can overflow to inf; fp8 saturates
+        return n.dtype != DType.FP16
+    return n.op == "size" or not n.dtype.is_float
 
 
 def _same(a: Node, like: Node) -> Node | None:

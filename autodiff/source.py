@@ -30,7 +30,9 @@ from plait.dsl.node import OPS, Node
 
 _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11),
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),
-          "eq": ("==", 5), "ne": ("!=", 5)}
+          "eq": ("==", 5), "ne": ("!=", 5), "floor_divide": ("//", 11), "remainder": ("%", 11),
+          "left_shift": ("<<", 9), "right_shift": (">>", 9), "bitwise_and": ("&", 8),
+          "bitwise_xor": ("^", 7), "bitwise_or": ("|", 6)}
 _CALL = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sin",
          "cos", "logical_not", "stop_gradient", "maximum", "minimum", "logical_and",
          "logical_or", "where"}
@@ -108,7 +110,7 @@ class _Printer:
         if n.op == "const":
             return f'cast({_literal(n.attr("value"))}, {_q(n.dtype)})', _ATOM
         if n.op == "size":
-            dt = "" if n.dtype == DType.FP32 else f", {_q(n.dtype)}"
+            dt = "" if n.dtype == DType.INT32 else f", {_q(n.dtype)}"
             return f'size({_q(n.attr("axis"))}{dt})', _ATOM
         if n.op == "iota":
             return f'index({_q(n.attr("axis"))})', _ATOM
@@ -118,8 +120,9 @@ class _Printer:
             # precedence needs brackets; comparisons would chain, so both do.
             left = self.wrap(ops[0], prec + 1 if prec == 5 else prec)
             return f"{left} {sym} {self.wrap(ops[1], prec + 1)}", prec
-        if n.op == "neg":
-            return f"-{self.wrap(ops[0], _UNARY + 1)}", _UNARY
+        if n.op in ("neg", "bitwise_not"):
+            sign = "-" if n.op == "neg" else "~"
+            return f"{sign}{self.wrap(ops[0], _UNARY + 1)}", _UNARY
         if n.op in _CALL:
             return f"{n.op}({', '.join(o[0] for o in ops)})", _ATOM
         if n.op == "cast":

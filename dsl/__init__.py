@@ -4,6 +4,8 @@ from .dtypes import DType, dtype_of, promote, promotion_table, round_to
 from .errors import PlaitError, SourceLoc
 from .gather import scatter_add, take
 from .graph import AlgorithmGraph
+from .integers import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, floor_divide,
+                       left_shift, remainder, right_shift)
 from .library import gelu, gelu_tanh, log_softmax, logsumexp, mean, relu, silu, softmax, var
 from .node import OPS, Node
 from .ops import (abs, blocked, cos, erf, exp, exp2, log, log2, logical_and, logical_not,
@@ -18,7 +20,8 @@ fp8_e4m3, fp8_e5m2 = DType.FP8_E4M3, DType.FP8_E5M2
 __all__ = [
     "Algorithm", "AlgorithmGraph", "DType", "Node", "OPS", "Param", "PlaitError", "SourceLoc",
     "Tensor", "TensorSpec", "abs", "algorithm", "bind_sizes", "blocked", "broadcast", "cast",
-    "cos", "index",
+    "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "cos", "floor_divide", "index",
+    "left_shift", "remainder", "right_shift",
     "dtype_of", "erf", "evaluate", "exp", "exp2", "gelu", "gelu_tanh", "log", "log2",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",

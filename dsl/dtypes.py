@@ -2,12 +2,15 @@
 
 Every plait tensor has one of the dtypes below. Binary operations promote by
 `promote`; Python scalars are *weak*: they take the tensor's dtype (a float
-scalar meeting an integer tensor gives fp32). The schedule's dtype policy then
+scalar meeting an integer or bool tensor gives fp32, an int scalar meeting a bool
+tensor int32), and an integer literal stays an integer. The schedule's dtype policy then
 decides storage and compute types; nothing here upcasts on its own.
 """
 from __future__ import annotations
 
+import difflib
 import enum
+import re
 
 import ml_dtypes
 import numpy as np
@@ -108,6 +111,25 @@ def _dtype_of(value) -> DType:
     raise ValueError(f"plait has no dtype for {value!r}; known: {', '.join(NAMES)}")
 
 
+_DTYPE_PATTERN = re.compile(r"(bf|fp|int|uint|float|bfloat)\d+(_\w*)?|bfloat|e\dm\d(fn)?",
+                            re.IGNORECASE)
+
+
+def looks_like_dtype(text: str) -> bool:
+    """Near a dtype name (difflib) or shaped like one (bf17, fp6, int12, float128)."""
+    if _DTYPE_PATTERN.fullmatch(text):
+        return True
+    return bool(difflib.get_close_matches(text.lower(), NAMES, n=1, cutoff=0.8))
+
+
+def is_dtype_name(text: str) -> bool:
+    try:
+        dtype_of(text)
+        return True
+    except ValueError:
+        return False
+
+
 # Floats ordered by what they can hold exactly. Two floats promote to the
 # smallest type that holds both exactly; fp8 mixes go to fp16 (holds e4m3 and
 # e5m2 exactly), bf16 with fp16 goes to fp32.
@@ -142,7 +164,19 @@ def promote_weak(tensor: DType, scalar) -> DType:
         return tensor
     if isinstance(scalar, float) and not tensor.is_float:
         return DType.FP32
+    if tensor == DType.BOOL:          # bool + 1 counts, as Python's True + 1 does
+        return DType.INT32
     return tensor
+
+
+def scalar_dtype(*values) -> DType:
+    """The dtype of Python numbers meeting no tensor (`where(c, 1, 0)`): bool if all are
+    bools, else int32 if all are ints, else fp32."""
+    if all(isinstance(v, bool) for v in values):
+        return DType.BOOL
+    if all(isinstance(v, int) for v in values):
+        return DType.INT32
+    return DType.FP32
 
 
 def promotion_table() -> str:

@@ -22,14 +22,19 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x) if np.size(x) else x
 
 
+def _number(value, dtype: DType):
+    """A scalar as the reference holds a value of `dtype`: float64, or the integer type."""
+    return np.float64(value) if dtype.is_float else np.asarray(value, dtype.numpy)
+
+
 # ---- sources ---------------------------------------------------------------
 register(OpDef("input", "source", lambda n, ctx: ctx.inputs[n.attr("name")]))
-register(OpDef("param", "source", lambda n, ctx: np.float64(ctx.inputs[n.attr("name")])))
+register(OpDef("param", "source", lambda n, ctx: _number(ctx.inputs[n.attr("name")], n.dtype)))
 register(OpDef("const", "source", lambda n, ctx: np.float64(n.attr("value"))
                if n.dtype.is_float else np.asarray(n.attr("value"), n.dtype.numpy)))
 register(OpDef("iota", "source",
                lambda n, ctx: np.arange(ctx.sizes[n.attr("axis")], dtype=np.int32)))
-register(OpDef("size", "source", lambda n, ctx: np.float64(ctx.sizes[n.attr("axis")])))
+register(OpDef("size", "source", lambda n, ctx: _number(ctx.sizes[n.attr("axis")], n.dtype)))
 
 # ---- unary -------------------------------------------------------------------
 _UNARY = {

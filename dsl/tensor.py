@@ -8,11 +8,10 @@ union of the operands' axes in the algorithm's canonical axis order.
 from __future__ import annotations
 
 import contextlib
-import difflib
-import re
 import threading
 
-from .dtypes import NAMES, DType, dtype_of, promote, promote_weak
+from .dtypes import (NAMES, DType, dtype_of, is_dtype_name, looks_like_dtype, promote,
+                     promote_weak, scalar_dtype)
 from .errors import PlaitError, user_location
 from .node import OPS, Node, make_attrs
 
@@ -71,14 +70,14 @@ class Tensor:
         items = item if isinstance(item, tuple) else (item,)
         dtype = None
         if items and isinstance(items[-1], (DType,)) or (
-                items and isinstance(items[-1], str) and _is_dtype_name(items[-1])):
+                items and isinstance(items[-1], str) and is_dtype_name(items[-1])):
             dtype, items = dtype_of(items[-1]), items[:-1]
         for a in items:
             if not isinstance(a, str) or not a.isidentifier():
                 raise PlaitError(f"axis names must be identifiers, got {a!r}", user_location())
-            if _is_dtype_name(a):
+            if is_dtype_name(a):
                 raise PlaitError(f"dtype {a!r} must come last in Tensor[...]", user_location())
-            if _looks_like_dtype(a):  # a typo'd dtype would silently become an extra axis
+            if looks_like_dtype(a):  # a typo'd dtype would silently become an extra axis
                 raise PlaitError(f"axis name {a!r} looks like a dtype, but plait has no dtype "
                                  f"{a!r}; the dtypes are {', '.join(NAMES)} (last in "
                                  "Tensor[...]); rename the axis if it is one", user_location())
@@ -166,6 +165,21 @@ class Tensor:
     def __rmul__(self, o): return binary("mul", o, self)
     def __truediv__(self, o): return binary("div", self, o)
     def __rtruediv__(self, o): return binary("div", o, self)
+    def __floordiv__(self, o): return integer_binary("floor_divide", self, o)
+    def __rfloordiv__(self, o): return integer_binary("floor_divide", o, self)
+    def __mod__(self, o): return integer_binary("remainder", self, o)
+    def __rmod__(self, o): return integer_binary("remainder", o, self)
+    def __lshift__(self, o): return integer_binary("left_shift", self, o)
+    def __rlshift__(self, o): return integer_binary("left_shift", o, self)
+    def __rshift__(self, o): return integer_binary("right_shift", self, o)
+    def __rrshift__(self, o): return integer_binary("right_shift", o, self)
+    def __and__(self, o): return integer_binary("bitwise_and", self, o)
+    def __rand__(self, o): return integer_binary("bitwise_and", o, self)
+    def __or__(self, o): return integer_binary("bitwise_or", self, o)
+    def __ror__(self, o): return integer_binary("bitwise_or", o, self)
+    def __xor__(self, o): return integer_binary("bitwise_xor", self, o)
+    def __rxor__(self, o): return integer_binary("bitwise_xor", o, self)
+    def __invert__(self): return bitwise_not(self)
     def __neg__(self): return unary("neg", self)
     def __pos__(self): return self
     def __abs__(self): return unary("abs", self)
@@ -186,25 +200,6 @@ class Tensor:
                          user_location())
 
 
-_DTYPE_PATTERN = re.compile(r"(bf|fp|int|uint|float|bfloat)\d+(_\w*)?|bfloat|e\dm\d(fn)?",
-                            re.IGNORECASE)
-
-
-def _looks_like_dtype(text: str) -> bool:
-    """Near a dtype name (difflib) or shaped like one (bf17, fp6, int12, float128)."""
-    if _DTYPE_PATTERN.fullmatch(text):
-        return True
-    return bool(difflib.get_close_matches(text.lower(), NAMES, n=1, cutoff=0.8))
-
-
-def _is_dtype_name(text: str) -> bool:
-    try:
-        dtype_of(text)
-        return True
-    except ValueError:
-        return False
-
-
 def new_node(op: str, inputs, axes, dtype: DType, **attrs) -> Tensor:
     if op not in OPS:
         raise PlaitError(f"unsupported operation {op!r}", user_location())
@@ -219,6 +214,11 @@ def constant(value, dtype: DType) -> Tensor:
         value = bool(value)
     else:
         value = int(value)
+        low, high = -2 ** (dtype.bits - 1), 2 ** (dtype.bits - 1)
+        if not low <= value < high:    # wrapping it would be a silent wrong answer
+            raise PlaitError(f"the integer {value} does not fit in {dtype} (it takes "
+                             f"{low} to {high - 1}); cast the tensor to int64 first",
+                             user_location())
     return new_node("const", (), (), dtype, value=value)
 
 
@@ -249,18 +249,67 @@ def _operand_dtype(a, b) -> DType:
 
 def _coerce(x, dtype: DType, what: str) -> Tensor:
     x = _as_tensor(x, dtype, what)
-    return x if _is_weak(x) and x.dtype.is_float == dtype.is_float else cast(x, dtype)
+    # A weak float parameter stays an fp32 register beside a narrow float tensor; an
+    # integer one is widened (an int64 op takes two int64 registers).
+    keep = _is_weak(x) and (x.dtype == dtype or x.dtype.is_float and dtype.is_float)
+    return x if keep else cast(x, dtype)
 
 
 def binary(op: str, a, b) -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise PlaitError(f"{op} needs at least one tensor", user_location())
     dtype = _operand_dtype(a, b)
+    if op == "div" and not dtype.is_float:
+        dtype = DType.FP32            # `/` is true division, as in Python and torch
     a = _coerce(a, dtype, op)
     b = _coerce(b, dtype, op)
     if dtype == DType.BOOL and op not in ("logical_and", "logical_or", "maximum", "minimum"):
         raise PlaitError(f"{op} is not defined on bool tensors; cast first", user_location())
     return new_node(op, (a, b), canonical_axes(a.axes + b.axes), dtype)
+
+
+_SPELLING = {"floor_divide": "//", "remainder": "%", "left_shift": "<<",
+             "right_shift": ">>", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_ON_BOOLS = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "ne"}
+
+
+def integer_binary(op: str, a, b) -> Tensor:
+    """`//`, `%`, `<<`, `>>`, `&`, `|`, `^`: integer ops (dsl/integers.py has their
+    meaning). On two bools `&`, `|`, `^` are logical_and, logical_or and `!=`; floats are
+    refused, since fp32 floor division would round differently from the float64
+    reference near integers."""
+    sym = _SPELLING[op]
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise PlaitError(f"{sym} needs at least one tensor", user_location())
+    dtype = _operand_dtype(a, b)
+    if dtype.is_float:
+        kinds = " and ".join(str(x.dtype) if isinstance(x, Tensor) else type(x).__name__
+                             for x in (a, b))
+        raise PlaitError(f"`{sym}` ({op}) is an integer op: its operands are {kinds}; "
+                         "cast them first, e.g. cast(x, 'int32'), or use / for floats",
+                         user_location())
+    if dtype == DType.BOOL and op not in _ON_BOOLS:
+        raise PlaitError(f"`{sym}` ({op}) is not defined on two bools; cast one to "
+                         "int32 first", user_location())
+    a = _coerce(a, dtype, op)
+    b = _coerce(b, dtype, op)
+    if dtype == DType.BOOL:         # the logical ops, which mask analysis reads for skipping
+        return compare("ne", a, b) if op == "bitwise_xor" else binary(_ON_BOOLS[op], a, b)
+    return new_node(op, (a, b), canonical_axes(a.axes + b.axes), dtype)
+
+
+def bitwise_not(x) -> Tensor:
+    """`~x`: every bit flipped on int32/int64 (~x == -x - 1), logical not on bool."""
+    if isinstance(x, bool) or not isinstance(x, (Tensor, int)):
+        raise PlaitError(f"~ needs an integer or bool tensor, not {type(x).__name__}",
+                         user_location())
+    x = _as_tensor(x, DType.INT32, "~")
+    if x.dtype.is_float:
+        raise PlaitError(f"`~` (bitwise_not) is an integer op, not defined on {x.dtype}; "
+                         "cast first, e.g. cast(x, 'int32')", user_location())
+    if x.dtype == DType.BOOL:
+        return unary("logical_not", x)
+    return new_node("bitwise_not", (x,), x.axes, x.dtype)
 
 
 def compare(op: str, a, b) -> Tensor:
@@ -295,8 +344,8 @@ def where(cond, a, b) -> Tensor:
                          user_location())
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         dtype = _operand_dtype(a, b)
-    else:
-        dtype = promote_weak(DType.FP32, a)
+    else:                              # where(c, 1, 0) is int32, where(c, 1.0, 0) fp32
+        dtype = scalar_dtype(a, b)
     a = _coerce(a, dtype, "where")
     b = _coerce(b, dtype, "where")
     return new_node("where", (cond, a, b), canonical_axes(cond.axes + a.axes + b.axes), dtype)
@@ -339,7 +388,7 @@ def index(axis: str) -> Tensor:
     return new_node("iota", (), (axis,), DType.INT32, axis=axis)
 
 
-def size(axis: str, dtype=DType.FP32) -> Tensor:
-    """The extent of a named axis as a scalar known at run time (fp32 unless asked)."""
+def size(axis: str, dtype=DType.INT32) -> Tensor:
+    """The extent of a named axis as a scalar known at run time (int32 unless asked)."""
     canonical_axes((axis,))
     return new_node("size", (), (), dtype_of(dtype), axis=axis)

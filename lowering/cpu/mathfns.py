@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
+from plait.dsl.integers import INTEGER_OPS
 from plait.dsl.node import OPS, reductions
 
 F32 = np.float32
@@ -68,6 +69,7 @@ UNARY = {
     "cos": lambda x: np.cos(reduce_angle(x)),
     "logical_not": np.logical_not,
     "recip": lambda x: F32(1) / x,
+    "bitwise_not": np.invert,
 }
 
 BINARY = {
@@ -76,6 +78,9 @@ BINARY = {
     "logical_and": np.logical_and, "logical_or": np.logical_or,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal,
+    # Integer ops are exact: the kernels compute what the reference defines (a zero
+    # divisor, shift counts out of range), so both run the one definition.
+    **INTEGER_OPS,
 }
 
 # The elementwise op that folds two partials of each reduction (nvptx.ops emits these),

@@ -12,6 +12,7 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from ..cpu import mathfns
+from . import integer
 
 F32 = ir.FloatType()
 F16 = ir.HalfType()
@@ -81,6 +82,8 @@ def unary(b: ir.IRBuilder, intr: Intrinsics, op: str, x):
             b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
     if op == "logical_not":
         return b.xor(x, ir.Constant(I1, 1))
+    if op == "bitwise_not":
+        return integer.bitwise_not(b, x)
     if op == "exp":
         return exp(b, x)
     if op == "recip":
@@ -132,6 +135,8 @@ def always_true(mask) -> bool:
 
 def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     is_f = x.type == F32
+    if op in integer.OPS:
+        return integer.binary(b, op, x, y)
     if op in _FCMP:
         if is_f:
             return b.fcmp_unordered("!=", x, y) if op == "ne" else b.fcmp_ordered(_FCMP[op], x, y)

@@ -13,6 +13,7 @@ Expressions, by type (f float, b bool, i int32):
      ("cast", dtype, f) ("ifloat", i)
   b: ("in", m) ("cmp", op, x, x|number) ("icmp", op, i, i) ("and"/"or", b, b) ("not", b)
   i: ("in", k) ("iota", axis) ("iconst", c) ("iadd", i, i) ("ired", op, axis, i)
+     ("iop", op, i, i) (// % & | ^, zero divisors included) ("ishift", op, i, count)
 Values stay bounded as in grammar.py (exp is exp(-v²/2), division is by |w| + 1), and a
 float comparison reads inputs only, so that rounding never flips it.
 """
@@ -58,7 +59,8 @@ def axes_of(e, params) -> frozenset:
 
 
 _TAGS = {"in", "u", "b", "where", "red", "norm", "lse", "count", "cast", "ifloat", "cmp",
-         "icmp", "and", "or", "not", "iota", "iconst", "iadd", "ired"}
+         "icmp", "and", "or", "not", "iota", "iconst", "iadd", "ired", "iop", "ishift"}
+INT_OPS = ("floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor")
 
 
 # ---- strategies -----------------------------------------------------------------------
@@ -111,7 +113,7 @@ def bools(draw, params, axes, depth):
 def integers(draw, params, axes, depth):
     ints = _names_of(params, "i")
     choices = ["iota", "iconst"] + (["in"] if ints else []) + (
-        ["iadd", "ired"] if depth > 0 else [])
+        ["iadd", "ired", "iop", "ishift"] if depth > 0 else [])
     tag = draw(st.sampled_from(choices))
     if tag == "iconst":
         return ("iconst", draw(st.sampled_from((0, 1, 3))))
@@ -122,6 +124,12 @@ def integers(draw, params, axes, depth):
     if tag == "iadd":
         return ("iadd", draw(integers(params, axes, depth - 1)),
                 draw(integers(params, axes, depth - 1)))
+    if tag == "iop":
+        return ("iop", draw(st.sampled_from(INT_OPS)), draw(integers(params, axes, depth - 1)),
+                draw(integers(params, axes, depth - 1)))
+    if tag == "ishift":            # small counts: values stay far from int32's range
+        return ("ishift", draw(st.sampled_from(("left_shift", "right_shift"))),
+                draw(integers(params, axes, depth - 1)), draw(st.integers(0, 3)))
     inner = draw(integers(params, axes, depth - 1))
     over = axes_of(inner, params)
     if not over:
@@ -283,6 +291,9 @@ def trace(e, env):
         return trace(e[1], env) + trace(e[2], env)
     if tag == "ired":
         return _REDUCE_FN[e[1]](trace(e[3], env), over=e[2])
+    if tag in ("iop", "ishift"):
+        rhs = e[3] if tag == "ishift" else trace(e[3], env)
+        return getattr(D, e[1])(trace(e[2], env), rhs)
     raise ValueError(f"unknown expression {tag!r}")
 
 

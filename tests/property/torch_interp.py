@@ -127,6 +127,10 @@ class Interp:
         if tag == "not":
             v, axes = self.run(e[1])
             return torch.logical_not(v), axes           # unary: keeps its operand's order
+        if tag in ("iop", "ishift"):
+            rhs = (torch.tensor(e[3]), ()) if tag == "ishift" else self.run(e[3])
+            (a, b), axes = self.join(self.run(e[2]), rhs)
+            return _INT_OPS[e[1]](a, b), axes
         if tag == "iota":
             return torch.arange(self.sizes[e[1]]), (e[1],)
         if tag == "iconst":
@@ -143,6 +147,21 @@ class Interp:
             v = v.expand(*[self.sizes[a] for a in axes]) if axes else v
             out[f"out{i}" if len(outs) > 1 else "out"] = self.view(v, axes, target)
         return out
+
+
+def _nonzero(b):
+    return torch.where(b == 0, torch.ones_like(b), b)
+
+
+# plait's answer for a zero divisor is 0 (torch raises on the CPU)
+_INT_OPS = {
+    "floor_divide": lambda a, b: torch.where(
+        b == 0, 0, torch.div(a, _nonzero(b), rounding_mode="floor")),
+    "remainder": lambda a, b: torch.where(b == 0, 0, torch.remainder(a, _nonzero(b))),
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor, "left_shift": torch.bitwise_left_shift,
+    "right_shift": torch.bitwise_right_shift,
+}
 
 
 def run_program(structure, leaves: dict, sizes: dict) -> dict:
