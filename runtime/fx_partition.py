@@ -114,13 +114,24 @@ def _views_outside(gm, partition) -> None:
                 u.replace_input_with(node, outside[node])
 
 
-def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph"):
-    """gm with each region plait can take replaced by a PlaitRegion (in place)."""
+def _on_cpu(partition) -> bool:
+    return any(getattr(n.meta.get("val"), "device", None) == torch.device("cpu")
+               for n in partition.nodes)
+
+
+def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph", cpu=None):
+    """gm with each region plait can take replaced by a PlaitRegion (in place). Regions on
+    CPU tensors are left to torch unless `cpu.run` (torch_backend._CpuPolicy; None: run)."""
     support = _Support()
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions() if _has_compute(p)]
     for why, count in sorted(support.refused.items()):
         log.debug("%s: %d node(s) left to torch: %s", label, count, why)
+    if cpu is not None and not cpu.run:
+        on_cpu = [p for p in partitions if _on_cpu(p)]
+        if on_cpu:
+            cpu.left_to_torch(label, len(on_cpu))
+            partitions = [p for p in partitions if not _on_cpu(p)]
     if not partitions:
         return gm
     for p in partitions:

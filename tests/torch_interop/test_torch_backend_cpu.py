@@ -1,5 +1,7 @@
 """torch.compile(backend="plait") on CPU tensors (the CPU executor) against eager torch in
-float64: forward values and the gradients of inputs and parameters."""
+float64: forward values and the gradients of inputs and parameters. These tests opt in to
+the CPU executor (PLAIT_TORCH_CPU=1); without it the backend leaves CPU tensors to torch
+(test_torch_backend_cpu_policy.py)."""
 import copy
 
 import pytest
@@ -14,7 +16,8 @@ TOL = dict(rtol=2e-4, atol=2e-5)     # fp32 (plait) against float64 (eager)
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
+def _fresh(monkeypatch):
+    monkeypatch.setenv(backend.CPU_ENV, "1")
     torch._dynamo.reset()
     backend.reset_stats()
     yield
