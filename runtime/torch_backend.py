@@ -9,9 +9,10 @@ Dynamo hands the backend a graph; AOTAutograd (torch's own, through
 graphs, decomposing composite ops (softmax, GELU's backward, ...) into ones the op table
 has. Each of the two graphs goes through fx_partition: maximal regions of supported nodes
 become plait algorithms (fx_region) run by PlaitRegion (fx_runner); everything else is
-left as the FX nodes torch runs. A region plait refuses runs as torch would, and the
-logger "plait.torch_backend" says why (PLAIT_TORCH_DEBUG=1 prints it, and each region's
-DSL source, on stderr).
+left as the FX nodes torch runs. A region of symbolic sizes (dynamic shapes) is compiled
+per concrete size at its first call at it (fx_dynamic). A region plait refuses runs as
+torch would, and the logger "plait.torch_backend" says why (PLAIT_TORCH_DEBUG=1 prints
+it, and each region's DSL source, on stderr).
 
 CPU tensors are left to torch: plait's CPU executor is the spec the tests check kernels
 against, hundreds of times slower than torch's own CPU kernels. A graph with regions on
@@ -55,8 +56,9 @@ if os.environ.get("PLAIT_TORCH_DEBUG"):
 
 def stats() -> dict:
     """regions (written as plait), regions_compiled, regions_refused, region_calls,
-    fallback_calls, cpu_regions_left (on CPU tensors, not opted in): since import or the
-    last reset_stats()."""
+    fallback_calls, regions_specialized (a symbolic region written for new sizes),
+    cpu_regions_left (on CPU tensors, not opted in): since import or the last
+    reset_stats()."""
     return dict(_STATS)
 
 

@@ -43,7 +43,9 @@ def _check(model, *shapes, fully_plait=True):
         assert p.grad is not None, name
         torch.testing.assert_close(p.grad.double(), p_ref.grad, **TOL, msg=name)
     s = backend.stats()
-    assert s.get("regions_compiled", 0) >= 2, s          # a forward and a backward region
+    # a forward and a backward region ran (compiled here, or by an earlier test: the
+    # process keeps regions by structure)
+    assert s.get("region_calls", 0) >= 2, s
     if fully_plait:
         assert s.get("fallback_calls", 0) == 0, s
     return s
