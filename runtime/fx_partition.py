@@ -3,8 +3,9 @@
     gm = plait_regions(gm, stats)      # the same GraphModule, regions replaced by PlaitRegion
 
 A node is supported when its op is in fx_ops' table and accepts this use, and every tensor
-it reads or writes has a static shape, a dtype plait has (fp32, bf16, fp16, bool) and a
-CPU or CUDA device. torch.fx's CapabilityBasedPartitioner groups supported nodes into
+it reads or writes has a dtype plait has (fp32, bf16, fp16, bool) and a CPU or CUDA
+device; sizes may be symbolic (a region of those is a fx_dynamic.DynamicRegion, written
+per concrete size at its first call), and a size may enter as a SymInt argument. torch.fx's CapabilityBasedPartitioner groups supported nodes into
 maximal connected regions that create no cycle; a region with no compute op (views
 alone) stays with torch, and so does one fx_region cannot write as an algorithm.
 """
@@ -19,8 +20,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from plait.dsl.errors import PlaitError
 
 from . import fx_ops
-from .fx_region import region_algorithm
-from .fx_runner import PlaitRegion
+from .fx_dynamic import DynamicRegion, shared_region, symbolic
 
 log = logging.getLogger("plait.torch_backend")
 
@@ -36,16 +36,21 @@ def _tensor_reason(value, what: str) -> str | None:
         return f"{what} is on {value.device}"
     if value.dim() == 0:
         return f"{what} is 0-dimensional"
-    if any(not isinstance(n, int) for n in value.shape):
-        return f"{what} has a symbolic shape"
-    return None
+    return None           # symbolic sizes too: fx_dynamic compiles them per concrete size
+
+
+def _size_node(a) -> bool:
+    """A graph value that is a number (a SymInt size): a region input, constant per size."""
+    return isinstance(a, torch.fx.Node) and \
+        isinstance(a.meta.get("val"), (int, float, torch.SymInt, torch.SymFloat))
 
 
 def _scalar_ok(a) -> bool:
     if isinstance(a, (list, tuple)):
         return all(_scalar_ok(x) for x in a)
-    return a is None or isinstance(a, (bool, int, float, str, torch.dtype, torch.device,
-                                       torch.memory_format, torch.layout))
+    return a is None or _size_node(a) or isinstance(
+        a, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format,
+            torch.layout))
 
 
 def unsupported_reason(node) -> str | None:
@@ -59,7 +64,7 @@ def unsupported_reason(node) -> str | None:
     if why:
         return why
     for a in list(node.args) + list(node.kwargs.values()):
-        if isinstance(a, torch.fx.Node):
+        if isinstance(a, torch.fx.Node) and not _size_node(a):
             why = _tensor_reason(a.meta.get("val"), f"operand {a.name}")
             if why:
                 return why
@@ -114,13 +119,24 @@ def _views_outside(gm, partition) -> None:
                 u.replace_input_with(node, outside[node])
 
 
-def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph"):
-    """gm with each region plait can take replaced by a PlaitRegion (in place)."""
+def _on_cpu(partition) -> bool:
+    return any(getattr(n.meta.get("val"), "device", None) == torch.device("cpu")
+               for n in partition.nodes)
+
+
+def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph", cpu=None):
+    """gm with each region plait can take replaced by a PlaitRegion (in place). Regions on
+    CPU tensors are left to torch unless `cpu.run` (torch_backend._CpuPolicy; None: run)."""
     support = _Support()
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions() if _has_compute(p)]
     for why, count in sorted(support.refused.items()):
         log.debug("%s: %d node(s) left to torch: %s", label, count, why)
+    if cpu is not None and not cpu.run:
+        on_cpu = [p for p in partitions if _on_cpu(p)]
+        if on_cpu:
+            cpu.left_to_torch(label, len(on_cpu))
+            partitions = [p for p in partitions if not _on_cpu(p)]
     if not partitions:
         return gm
     for p in partitions:
@@ -131,8 +147,12 @@ def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph"):
             continue
         sub = getattr(gm, node.target)
         name = f"{label}_{node.target}".replace(".", "_")
+        if symbolic(sub):               # written per concrete size at its first call
+            stats["regions"] += 1
+            setattr(gm, node.target, DynamicRegion(sub, name, stats))
+            continue
         try:
-            algo, spec = region_algorithm(sub, name)
+            region = shared_region(sub, name, stats)
         except Exception as e:          # a region plait cannot write: torch keeps it
             stats["regions_refused"] += 1
             level = logging.INFO if isinstance(e, PlaitError) else logging.WARNING
@@ -140,6 +160,6 @@ def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph"):
                     sub.code)
             continue
         stats["regions"] += 1
-        setattr(gm, node.target, PlaitRegion(algo, spec, sub, stats))
+        setattr(gm, node.target, region)
     gm.recompile()
     return gm

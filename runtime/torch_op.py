@@ -11,7 +11,8 @@ Two ops are registered through `torch.library.custom_op`: the forward
 (meta) implementations give each output the shape of its named axes, bound from
 the inputs' shapes, and the dtype of the traced graph's output, so FakeTensor,
 AOTAutograd and dynamic shapes work without running anything. `register_autograd`
-wires the forward to the backward op. What the forward saves for the backward
+wires the forward to the backward op; a backward where fewer inputs require grad runs
+the gradient taken with respect to those alone (runtime/torch_op_grad.py). What the forward saves for the backward
 (`save`) is chosen as in `to_torch`: the backward schedule's `save:` list, else
 recompute. Compared with `to_torch` (an autograd.Function), these are dispatcher
 ops: `torch.library.opcheck` tests them and torch.compile keeps them whole.
@@ -143,16 +144,17 @@ def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedu
 
     The function returns what plait.run returns (a tensor, a tuple, or a dict for named
     outputs). `.op` is the forward op, `.backward_op` the backward one (None without a
-    gradient). Registering the same algorithm under the same name again returns the
-    same function; another algorithm under a taken name is refused.
+    gradient), `.backwards` the backward ops per set of inputs differentiated (a
+    Backwards, or None). Registering the same algorithm under the same name again returns
+    the same function; another algorithm under a taken name is refused.
     """
     import torch
 
-    from plait.autodiff.reverse import grad_name
     from plait.autodiff.torch_bridge import _renamed, bind_arguments, default_save
     from plait.autodiff.transform import forward_with_saved, grad
 
     from .torch_op_eager import PlainCall
+    from .torch_op_grad import Backwards, wire_autograd
 
     qualname = name or f"plait::{algo.name.replace('.', '_')}"
     if "::" not in qualname:
@@ -178,11 +180,11 @@ def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedu
     n_user, n_fwd = len(out_names), len(fwd.graph().outputs)
     op, handles = _define(qualname, fwd, fwd_schedule, n_fwd)
     grad_wrt = list(bwd.wrt) if bwd is not None else []
-    backward_op = None
+    backward_op = backs = None
     if bwd is not None:
-        grad_names = list(bwd.graph().outputs)
-        backward_op, _ = _define(qualname + "_bwd", bwd, grad_schedule, len(grad_names))
-        _wire_autograd(op, backward_op, algo, bwd, list(fwd.graph().outputs), n_user)
+        backs = Backwards(qualname, algo, list(fwd.graph().outputs), save, grad_schedule, bwd)
+        backward_op = backs.full.op
+        wire_autograd(op, backs, n_user)
 
     def is_tensor(v):
         return isinstance(v, torch.Tensor)
@@ -211,7 +213,7 @@ def torch_op(algo, name: str | None = None, wrt=None, schedule=None, grad_schedu
     apply.__name__ = algo.name.replace(".", "_")
     apply.__doc__ = f"{algo.name} as the torch op {qualname}."
     apply.op, apply.backward_op, apply.algorithm, apply.saved = op, backward_op, algo, save
-    apply.handles, apply.plain = handles, plain
+    apply.handles, apply.plain, apply.backwards = handles, plain, backs
     apply.wrt = tuple(grad_wrt)
     _registered[qualname] = (algo, options, apply)
     return apply
@@ -228,47 +230,3 @@ def _package(names: list[str], outs: list):
     if names == [f"out{i}" for i in range(len(names))]:
         return tuple(outs)
     return dict(zip(names, outs))
-
-
-def _wire_autograd(op, backward_op, algo, bwd, fwd_names: list[str], n_user: int) -> None:
-    """register_autograd: save the tensor inputs (and what the forward saved), and call the
-    backward op with the cotangents; an output nobody used gets a zero cotangent."""
-    import torch
-
-    from plait.autodiff.reverse import grad_name
-    params = algo.params
-    wrt = set(bwd.wrt)
-    n_fwd = len(fwd_names)
-    grad_names = list(bwd.graph().outputs)
-    # What the backward reads of the forward's outputs: the saved intermediates, and an
-    # output itself where it is saved (attention's row term reads `out`).
-    bwd_params = {p.name for p in bwd.params}
-    kept = [i for i, n in enumerate(fwd_names) if n in bwd_params]
-
-    def setup_context(ctx, inputs, output):
-        for p, v in zip(params, inputs):
-            if p.is_tensor and p.name not in wrt and getattr(v, "requires_grad", False):
-                raise PlaitError(f"{algo.name}: argument {p.name!r} requires grad, but this op "
-                                 f"differentiates only {', '.join(bwd.wrt)}; detach it")
-        outs = [output] if n_fwd == 1 else list(output)
-        tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
-        ctx.save_for_backward(*tensors, *(outs[i] for i in kept))
-        ctx.scalars = [None if isinstance(v, torch.Tensor) else v for v in inputs]
-        ctx.n_tensors = len(tensors)
-
-    def backward(ctx, *cotangents):
-        stored = list(ctx.saved_tensors)
-        tensors, saved = iter(stored[:ctx.n_tensors]), stored[ctx.n_tensors:]
-        values = [next(tensors) if s is None else s for s in ctx.scalars]
-        meta = output_meta(algo, values)
-        like = next(v for v in values if isinstance(v, torch.Tensor))
-        cots = [like.new_zeros(shape, dtype=_torch_dtype(dtype)) if c is None else c.contiguous()
-                for c, (shape, dtype) in zip(cotangents[:n_user], meta)]
-        by_name = {p.name: v for p, v in zip(params, values)}
-        by_name.update((grad_name(n), c) for n, c in zip(fwd_names[:n_user], cots))
-        by_name.update(zip((fwd_names[i] for i in kept), saved))
-        grads = backward_op(*(by_name[p.name] for p in bwd.params))
-        grads = dict(zip(grad_names, [grads] if len(grad_names) == 1 else list(grads)))
-        return tuple(grads.get(grad_name(p.name)) if p.is_tensor else None for p in params)
-
-    op.register_autograd(backward, setup_context=setup_context)
