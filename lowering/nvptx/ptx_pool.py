@@ -95,10 +95,17 @@ def to_ptx(llvm_ir: str, cpu: str, features: str) -> str:
     worker = _take()
     if worker is None:
         return ptx_worker.compile_ptx(llvm_ir, cpu, features)
+    fresh = worker.served == 0
     try:
         return worker.compile(llvm_ir, cpu, features)
+    except WorkerDied:
+        # An idle worker may die (killed, out of memory) after `_take` saw it alive: try
+        # once more on a fresh one. A fresh worker dying is the compile's own failure.
+        if fresh:
+            raise
     finally:
         _give_back(worker)
+    return to_ptx(llvm_ir, cpu, features)
 
 
 def _take() -> _Worker | None:

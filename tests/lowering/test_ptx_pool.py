@@ -83,3 +83,15 @@ def test_threads_compile_side_by_side(fresh_pool):
     for t in threads:
         t.join()
     assert got == want
+
+
+def test_a_worker_that_dies_after_it_was_taken_is_replaced(fresh_pool):
+    """The kill lands between `_take` seeing the worker alive and the compile using it
+    (under load, SIGKILL is not instant): the compile goes to a fresh worker."""
+    ptx_pool.to_ptx(_llvm_ir(8), "sm_90a", _features())
+    (worker,) = ptx_pool._idle
+    worker.process.kill()
+    worker.process.wait()
+    worker.process.poll = lambda: None        # still looks alive to `_take`
+    assert "plait_rows" in ptx_pool.to_ptx(_llvm_ir(9), "sm_90a", _features())
+    assert worker not in ptx_pool._idle
