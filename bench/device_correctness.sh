@@ -5,7 +5,8 @@
 #   STAGES="fuzz racecheck synccheck torch" FUZZ_KIND=grad bash bench/device_correctness.sh
 # fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED,
 # FUZZ_SECONDS),
-# waited for at the end; tier: tests -m gpu (tests/torch_interop aside); torch: its GPU twins;
+# waited for at the end; tier: tests -m gpu (tests/torch_interop aside; TIER_PATHS narrows it);
+# torch: its GPU twins;
 # memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
 # algorithms). Carry .wheels (hypothesis for the fuzzer) with the call. Logs go to $OUT.
 set -o pipefail
@@ -27,7 +28,7 @@ for stage in ${STAGES:-fuzz tier memcheck}; do
         --workers $workers --kind ${FUZZ_KIND:-forward} --seed ${FUZZ_SEED:-0} \
         > "$OUT/fuzz_${FUZZ_KIND:-forward}.log" 2>&1 &
       fuzz_pid=$! ;;
-    tier) timeout ${TIER_TIMEOUT:-300} $T -m gpu tests --ignore=tests/torch_interop --ignore=tests/gpu/test_sanitizer_gpu.py ${TIER_ARGS:-} 2>&1 | tee "$OUT/gpu_tier.log" | tail -8 ;;
+    tier) timeout ${TIER_TIMEOUT:-300} $T -m gpu ${TIER_PATHS:-tests} --ignore=tests/torch_interop --ignore=tests/gpu/test_sanitizer_gpu.py ${TIER_ARGS:-} 2>&1 | tee "$OUT/gpu_tier.log" | tail -8 ;;
     torch) timeout ${TORCH_TIMEOUT:-200} $T -m gpu tests/torch_interop 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
     memcheck|racecheck|synccheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
