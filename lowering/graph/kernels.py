@@ -221,7 +221,8 @@ class _Planner:
                                f"is split across blocks (grid tile {effective_grid(axes, ks)[axis]}"
                                f" of {axis}, extent {self.sizes[axis]}), and the partials of "
                                "a (value, index) reduction are not written yet: give "
-                               f"{axis} no grid tile, so that one block covers it")
+                               f"{axis} threads and no grid tile, so that one block "
+                               f"covers it (block: {{{axis}: {{threads: ...}}}})")
         if ks.reduction == "atomic":
             # Atomic sums are lowered for streamed kernels only; whether this reduction is
             # split across blocks depends on the sizes, so it is found here, not validated.
