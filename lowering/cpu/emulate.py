@@ -18,11 +18,11 @@ import numpy as np
 
 from plait.dsl.dtypes import DType, round_to
 
-from . import mathfns
+from . import arg_reduce, mathfns
 from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from ..tileir.rotate_load import source_index
-from ..tileir.thread import ThreadProgram
+from ..tileir.thread import ThreadProgram, pair_step
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
        DType.BOOL: np.bool_}
@@ -207,6 +207,8 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if kind in mathfns.BINARY:
         with np.errstate(all="ignore"):
             return _rounded(mathfns.BINARY[kind](*args), op)
+    if pair_step(op):
+        return _pair_step(m, op, args)
     if kind == "reduce_local":
         return _reduce_local(m, op, args[0])
     if kind == "reduce_shfl":
@@ -224,6 +226,19 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if kind == "reduce_done":
         return _rounded(args[0], op)
     raise NotImplementedError(f"emulator has no rule for {kind!r}")
+
+
+def _pair_step(m: _Machine, op, args):
+    """A step of argmax/argmin: its state is (values, indices); done keeps the index."""
+    if op.op == "reduce_local":
+        return arg_reduce.reduce_local(m, op, args[0], _NP)
+    if op.op == "reduce_shfl":
+        return arg_reduce.reduce_shfl(m, op, args[0])
+    if op.op == "smem_put":
+        return arg_reduce.smem_put(m, op, args[0])
+    if op.op == "smem_fold":
+        return arg_reduce.smem_fold(m, op)
+    return args[0][1]
 
 
 def _reduce_local(m: _Machine, op, value):

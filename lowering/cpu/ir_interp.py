@@ -90,10 +90,11 @@ def _block(f: Frame, block: Block, vals: dict) -> list:
                 vals[v] = out
             continue
         out = _op(f, op, [vals[a] for a in op.args])
-        if op.results:
-            vals[op.result] = out
+        outs = out if len(op.results) > 1 else (out,)    # a pair reduce gives two
+        for v, o in zip(op.results, outs):
+            vals[v] = o
             if f.check:
-                check_fragments(f, op.result, out)
+                check_fragments(f, v, o)
     return []
 
 
@@ -117,7 +118,7 @@ def _for(f: Frame, op: Op, vals: dict) -> list:
 
 def _op(f: Frame, op: Op, args: list):
     kind = op.name
-    t = f.kernel.type_of(op.result) if op.results else None
+    t = f.kernel.type_of(op.results[0]) if op.results else None
     if kind == "load" and op.attr("take") is not None:
         return _take(f, op, args[0])
     if kind == "scatter_add":
@@ -131,6 +132,8 @@ def _op(f: Frame, op: Op, args: list):
     if kind == "dot":
         total = _dot(args[0], args[1], f.dim(op.attr("over"))).astype(np.float32)
         return total if len(args) == 2 else (args[2] + total).astype(np.float32)
+    if kind == "reduce" and mathfns.is_pair(op.attr("combine")):
+        return _pair_reduce(f, op, args)
     if kind == "reduce":
         return _reduce(f, op, args[0], t)
     if kind == "iota":
@@ -257,6 +260,28 @@ def _reduce(f: Frame, op: Op, value: np.ndarray, t) -> np.ndarray:
         out = fn.reduce(split, axis=d + 1)   # the partial index stands where `axis` was
         out = np.swapaxes(out, d, f.dim(partial))   # and moves to `partial` (size 1 there)
     return _rounded(out.astype(dtype), op)
+
+
+def _pair_reduce(f: Frame, op: Op, args: list) -> tuple:
+    """argmax/argmin: (value, index) pairs folded along the axis by halves (the combine
+    is associative and commutative); positions past the end are the identity."""
+    kind, axis = op.attr("combine"), op.attr("axis")
+    if op.attr("partial") is not None:
+        raise PlaitError(f"kernel {f.kernel.name}: a split {kind} has no partials yet")
+    dtype = _NP[f.kernel.type_of(op.results[0]).dtype]
+    inside, d = f.inside((axis,)), f.dim(axis)
+    shape = np.broadcast_shapes(*(a.shape for a in args), inside.shape)
+    value = np.where(inside, args[0], mathfns.reduce_identity(kind, dtype)).astype(dtype)
+    index = np.where(inside, args[1], mathfns.INDEX_IDENTITY).astype(np.int32)
+    state = tuple(np.broadcast_to(s, shape) for s in (value, index))
+    while state[0].shape[d] > 1:
+        n = state[0].shape[d]
+        low = tuple(np.take(s, range(n // 2), axis=d) for s in state)
+        high = tuple(np.take(s, range(n // 2, 2 * (n // 2)), axis=d) for s in state)
+        odd = tuple(np.take(s, range(2 * (n // 2), n), axis=d) for s in state)
+        folded = mathfns.arg_combine(kind, low, high)
+        state = tuple(np.concatenate((x, y), axis=d) for x, y in zip(folded, odd))
+    return state
 
 
 def _rounded(value: np.ndarray, op: Op) -> np.ndarray:

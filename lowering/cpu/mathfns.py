@@ -85,22 +85,55 @@ BINARY = {
 
 # The elementwise op that folds two partials of each reduction (nvptx.ops emits these),
 # and its numpy fold, both from the op table's `combine`.
+# A reduction whose combine is a pair combine (argmax's) has a (value, index) state.
+PAIR_COMBINES = ("argmax", "argmin")
 REDUCE_COMBINE = {name: OPS[name].combine for name in reductions()}
-REDUCE = {name: BINARY[op] for name, op in REDUCE_COMBINE.items()}
+REDUCE = {name: BINARY[op] for name, op in REDUCE_COMBINE.items() if op in BINARY}
+PAIR_REDUCE = tuple(name for name, op in REDUCE_COMBINE.items() if op in PAIR_COMBINES)
+INDEX_IDENTITY = np.int32(np.iinfo(np.int32).max)   # an element outside loses every tie
+
+
+def is_pair(kind: str) -> bool:
+    """Whether reduction `kind` carries (value, index) (argmax, argmin)."""
+    return kind in PAIR_REDUCE
 
 
 def reduce_fn(kind: str):
     """The numpy fold of reduction `kind`; an unknown kind is an error, not a default."""
     if kind not in REDUCE:
-        raise NotImplementedError(f"no rule for reduction {kind!r}")
+        raise NotImplementedError(f"no rule for reduction {kind!r}" + (
+            " (a pair reduction: fold it with arg_combine)" if is_pair(kind) else ""))
     return REDUCE[kind]
+
+
+def arg_wins(kind: str, va, ia, vb, ib):
+    """Where pair b = (vb, ib) beats pair a in reduction `kind`: NaN beats every number
+    (torch's argmax and argmin both pick a NaN), a greater value (argmax; smaller for
+    argmin) wins, and equal values (or two NaN) keep the smaller index. A total order on
+    pairs of distinct indices, so the fold is associative and commutative."""
+    greater = np.greater if OPS[kind].combine == "argmax" else np.less
+    nan_a, nan_b = va != va, vb != vb
+    with np.errstate(invalid="ignore"):
+        better = (nan_b & ~nan_a) | (~nan_a & ~nan_b & greater(vb, va))
+        tie = (nan_a & nan_b) | (va == vb)
+    return better | (tie & (ib < ia))
+
+
+def arg_combine(kind: str, a: tuple, b: tuple) -> tuple:
+    """The fold of two (value, index) partials of pair reduction `kind`."""
+    if not is_pair(kind):
+        raise NotImplementedError(f"{kind!r} is not a pair reduction")
+    take_b = arg_wins(kind, a[0], a[1], b[0], b[1])
+    return np.where(take_b, b[0], a[0]), np.where(take_b, b[1], a[1]).astype(np.int32)
 
 
 def reduce_identity(kind: str, dtype: np.dtype):
     """The value a masked-out element contributes to reduction `kind` in register dtype
     `dtype` (np.float32, np.int32, np.int64): 0 for sum, the lowest/highest value for
-    max/min (an integer has no infinity)."""
-    reduce_fn(kind)
+    max/min (an integer has no infinity); for argmax/argmin, that of the value (the
+    index's is INDEX_IDENTITY)."""
+    if not is_pair(kind):
+        reduce_fn(kind)
     dtype = np.dtype(dtype)
     identity = OPS[kind].identity
     if identity == "zero":

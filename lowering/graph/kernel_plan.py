@@ -2,11 +2,12 @@
 iterates over and is scheduled with (shared by the planner and the streamed-kernel plans)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
+from plait.dsl.select import is_pair
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule
 from plait.schedule.kernel_names import kernel_name
@@ -97,8 +98,14 @@ def group_kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) ->
 def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    return completed(default_kernel_schedule(axes, reduced, itemsize, sizes), schedule,
-                      name, axes, threads_per_sm)
+    default = default_kernel_schedule(axes, reduced, itemsize, sizes)
+    # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:
+    # the default keeps each argmax axis whole in one block (no grid tile on it).
+    whole = {n.attr("axis") for n in nodes if is_pair(n.op)}
+    if whole:
+        default = replace(default, grid=tuple((a, t) for a, t in default.grid
+                                              if a not in whole))
+    return completed(default, schedule, name, axes, threads_per_sm)
 
 
 def completed(default: KernelSchedule, schedule: Schedule | None, name: str, axes,

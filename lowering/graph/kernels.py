@@ -16,6 +16,7 @@ from dataclasses import replace
 from plait.dsl.dtypes import DType
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import Node, make_attrs, topo_order
+from plait.dsl.select import is_pair
 from plait.schedule.complete import complete
 from plait.schedule.errors import kernel_error
 from plait.schedule.kernel_names import FINISH, THEN, stage
@@ -213,6 +214,15 @@ class _Planner:
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))
             return
+        pairs = [n for n in cross if is_pair(n.op)]
+        if pairs:
+            axis = pairs[0].attr("axis")
+            raise kernel_error(self.schedule, name, "grid", f"{pairs[0].op} over {axis} "
+                               f"is split across blocks (grid tile {effective_grid(axes, ks)[axis]}"
+                               f" of {axis}, extent {self.sizes[axis]}), and the partials of "
+                               "a (value, index) reduction are not written yet: give "
+                               f"{axis} threads and no grid tile, so that one block "
+                               f"covers it (block: {{{axis}: {{threads: ...}}}})")
         if ks.reduction == "atomic":
             # Atomic sums are lowered for streamed kernels only; whether this reduction is
             # split across blocks depends on the sizes, so it is found here, not validated.

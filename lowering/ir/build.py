@@ -9,6 +9,9 @@ that walk as a `for` too, its reductions over the axis carried through it.
 """
 from __future__ import annotations
 
+from plait.dsl.dtypes import DType
+from plait.dsl.select import is_pair
+
 from ..gemm.plan import GemmProgram
 from ..graph.kernel_plan import REDUCE_OPS
 from ..stream.plan import StreamKernel
@@ -89,12 +92,25 @@ def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
         args = (a, bb) + args[2:]
     if op.op == "scatter_add":      # no result to carry its axes: it adds over these
         attrs["over"] = op.axes
-    if op.op in REDUCE_OPS:
+    if op.op in REDUCE_OPS and is_pair(op.op):
+        value[op.id] = _pair_reduce(b, op, args, layouts, attrs)
+    elif op.op in REDUCE_OPS:
         value[op.id] = b.emit("reduce", args, _type(op, layouts), combine=op.op, **attrs)
     elif op.op in ("store", "atomic_add", "scatter_add", "barrier"):
         b.op(op.op, args, None, **attrs)
     else:
         value[op.id] = b.emit(op.op, args, _type(op, layouts), **attrs)
+
+
+def _pair_reduce(b: Builder, op: TileOp, args, layouts, attrs) -> int:
+    """argmax as one reduce of a tuple state: args (value, iota of the axis), results
+    (the extreme value, its first index); the tile program keeps the index."""
+    axis = op.attr("axis")
+    source = TileOp(op.id, "iota", (), (axis,), DType.INT32, (("axis", axis),))
+    iota = b.emit("iota", (), _type(source, layouts), axis=axis)
+    held = attrs.pop("value")
+    results = (Type(op.axes, held, layouts.of(op)), _type(op, layouts))
+    return b.op("reduce", args + (iota,), results, combine=op.op, **attrs).results[1]
 
 
 def build_program(threads, tiles, target: str, sizes: dict[str, int]) -> tuple[Kernel, ...]:

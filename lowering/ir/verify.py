@@ -6,7 +6,8 @@
   many values as its body's params and its results, and its body ends in a `yield` of
   that many values of the carried types (axes and dtype).
 - Axes: an op's result lives on axes its arguments bring, plus the axis of an iota, the
-  partial axis of a reduce, or a load's or product's own; a reduce drops its axis; a
+  partial axis of a reduce, or a load's or product's own; a reduce drops its axis (a
+  pair reduce, argmax's, takes (value, int32 index) and gives both); a
   store's value varies only along its buffer's axes.
 - Layouts: a register layout only spreads axes its value has; `convert_layout` changes
   only the layout; a product's operands are tensor-core fragments (a, b) or in shared
@@ -14,7 +15,9 @@
 """
 from __future__ import annotations
 
+from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
+from plait.dsl.select import is_pair
 
 from .layouts import Blocked, Mma, Shared, spread_axes
 from .nodes import STRUCTURAL, Block, Kernel, Op
@@ -106,9 +109,7 @@ class _Checker:
             if (t.axes, t.dtype) != (args[0].axes, args[0].dtype):
                 self.fail(op, "convert_layout changes more than the layout")
         if op.name == "reduce":
-            t = k.type_of(op.result)
-            if op.attr("axis") in t.axes:
-                self.fail(op, f"reduces over {op.attr('axis')} and keeps it")
+            self.reduce(op, args)
         if op.name == "store":
             buf = k.buffer(op.attr("buffer"))
             extra = set(args[0].axes) - set(buf.axes)
@@ -119,6 +120,25 @@ class _Checker:
             self.fail(op, "a load takes an index operand exactly when it is a take")
         if op.name == "dot":
             self.dot(op, args)
+
+    def reduce(self, op: Op, args) -> None:
+        """One value and one result, or a tuple state: argmax's (value, index) takes the
+        value and an int32 index along the axis, and gives the value and the index."""
+        results = [self.k.type_of(v) for v in op.results]
+        for t in results:
+            if op.attr("axis") in t.axes:
+                self.fail(op, f"reduces over {op.attr('axis')} and keeps it")
+        if not is_pair(op.attr("combine")):
+            if len(op.args) != 1 or len(results) != 1:
+                self.fail(op, f"a {op.attr('combine')} reduce takes one value and gives one")
+            return
+        if len(op.args) != 2 or len(results) != 2:
+            self.fail(op, f"a {op.attr('combine')} reduce takes (value, index) and gives "
+                          f"both, not {len(op.args)} arguments and {len(results)} results")
+        if args[1].dtype != DType.INT32 or results[1].dtype != DType.INT32:
+            self.fail(op, "the index of a pair reduce is int32")
+        if results[0].dtype != args[0].dtype:
+            self.fail(op, f"the value {args[0].text()} comes back as {results[0].text()}")
 
     def dot(self, op: Op, args) -> None:
         roles = []

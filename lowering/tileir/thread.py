@@ -26,6 +26,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
+from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
 from ..graph.kernel_plan import REDUCE_OPS
@@ -83,6 +84,17 @@ class ThreadProgram:
             body = " ".join(x for x in (op.op, args, attrs) if x)
             lines.append(f"  %{op.id} = {body} : {op.dtype}<{frag}>[{','.join(op.axes)}]")
         return "\n".join(lines) + "\n"
+
+
+PAIR_STEPS = ("reduce_local", "reduce_shfl", "smem_put", "smem_fold", "reduce_done")
+
+
+def pair_step(op: TileOp) -> bool:
+    """Whether a thread-program op is a step of a pair reduction, whose state is (value,
+    index): its `value` names the value's dtype (reduce_done keeps the tile op's
+    attributes, hence no `op`)."""
+    return op.op in PAIR_STEPS and (is_pair(op.attr("op")) or (
+        op.op == "reduce_done" and op.attr("value") is not None))
 
 
 def _thread_bits(layout: Layout, axis: str) -> tuple[int, ...]:
@@ -289,13 +301,18 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
         return tuple(a for a in op.axes if a != op.attr("partial"))
 
     def emit(name, args, op, **attrs) -> int:
-        base = {"op": op.op, "axis": axis}
+        # a pair reduction's steps carry (value, index): `value` is the value's dtype
+        base = {"op": op.op, "axis": axis, "value": op.attr("value")}
         base.update(attrs)
         ops.append(TileOp(len(ops), name, tuple(args), keep(op), op.dtype,
                           tuple(sorted((k, v) for k, v in base.items() if v is not None))))
         return len(ops) - 1
 
     if layout.loop is not None and axis == layout.loop.axis:
+        if any(is_pair(op.op) for op in group):
+            raise PlaitError(f"{first.op} over {axis}: the block walks {axis} index by index "
+                             "(a grid tile and no threads), and a (value, index) loop "
+                             f"accumulator is not lowered yet; give {axis} threads instead")
         value = emit("loop_acc", group_args[0][:1], first)
         ops.append(TileOp(len(ops), "reduce_done", (value,), first.axes, first.dtype,
                           first.attrs))
@@ -314,13 +331,17 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
         before = emit("barrier", values, first)
         slots = []
         for v, op in zip(values, group):
-            slots.append(words)
-            emit("smem_put", (v, before), op, slot=words)
             per_thread = int(np.prod(layout.fragment(keep(op))))
-            words += layout.threads * per_thread * smem_words(op.dtype)
+            held = op.attr("value") or op.dtype      # a pair's value slot: its value's
+            slot, words = words, words + layout.threads * per_thread * smem_words(held)
+            index_slot = None
+            if is_pair(op.op):     # two slots: the values, then the int32 indices
+                index_slot, words = words, words + layout.threads * per_thread
+            slots.append((slot, index_slot))
+            emit("smem_put", (v, before), op, slot=slot, index_slot=index_slot)
         after = emit("barrier", [len(ops) - 1], first)
-        values = [emit("smem_fold", (after,), op, slot=slot, bits=smem_bits)
-                  for op, slot in zip(group, slots)]
+        values = [emit("smem_fold", (after,), op, slot=slot, index_slot=index_slot,
+                       bits=smem_bits) for op, (slot, index_slot) in zip(group, slots)]
     results = []
     for v, op in zip(values, group):
         # The reduced value, with the partial axis (if any) and the op's rounding.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
+from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
 from ..graph.kernel_plan import REDUCE_OPS, KernelGraph, KernelPlan
@@ -221,7 +222,9 @@ class _Builder:
         if n.op == "iota":
             return self.emit("iota", (), n.axes, reg, axis=n.attr("axis"))
         if n.op in REDUCE_OPS:
-            return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
+            # argmax's state is (value, index): `value` is the register dtype of its value
+            value = register_dtype(n.inputs[0].dtype) if is_pair(n.op) else None
+            return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"), value=value,
                              partial=n.attr("partial"), round=self._round_for(n))
         if n.op == "cast":
             src = n.inputs[0].dtype

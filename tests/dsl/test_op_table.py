@@ -9,12 +9,49 @@ from plait.lowering.cpu import mathfns
 
 
 def test_every_layer_reads_the_reductions_from_the_table():
-    assert reductions() == ("sum", "max", "min")
+    assert reductions() == ("sum", "max", "min", "argmax", "argmin")
     assert kernels.REDUCE_OPS == contraction_staging.REDUCE_OPS == reductions()
-    assert set(mathfns.REDUCE_COMBINE) == set(mathfns.REDUCE) == set(reductions())
+    assert set(mathfns.REDUCE_COMBINE) == set(reductions())
+    # one-value folds and (value, index) folds split the table between them
+    assert set(mathfns.REDUCE) | set(mathfns.PAIR_REDUCE) == set(reductions())
+    assert mathfns.PAIR_REDUCE == ("argmax", "argmin")
 
 
-@pytest.mark.parametrize("kind", reductions())
+ONE_VALUE = [k for k in reductions() if not mathfns.is_pair(k)]
+
+
+def _pairs(rng, n, dtype):
+    """n (value, index) pairs with ties, NaN (for floats) and distinct indices."""
+    v = rng.integers(-3, 3, n).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        v[rng.random(n) < 0.2] = np.nan
+        v[rng.random(n) < 0.1] = -np.inf
+    return v, rng.permutation(n).astype(np.int32)
+
+
+@pytest.mark.parametrize("kind", mathfns.PAIR_REDUCE)
+def test_the_pair_combine_is_a_monoid_that_commutes(kind):
+    """Associative, commutative, with (identity, INT32_MAX) neutral: any order of folds
+    (lanes, warps, repeats) gives the same pair."""
+    rng = np.random.default_rng(2)
+    for dtype in (np.float32, np.int32, np.int64):
+        a, b, c = (_pairs(rng, 3000, dtype)[0] for _ in range(3))
+        i, j, k = (rng.permutation(3000).astype(np.int32) for _ in range(3))
+        j, k = j + 3000, k + 6000        # distinct indices across the three
+        f = lambda x, y: mathfns.arg_combine(kind, x, y)  # noqa: E731
+        left = f(f((a, i), (b, j)), (c, k))
+        right = f((a, i), f((b, j), (c, k)))
+        for x, y in zip(left, right):
+            np.testing.assert_array_equal(x, y)
+        for x, y in zip(f((a, i), (b, j)), f((b, j), (a, i))):
+            np.testing.assert_array_equal(x, y)
+        ident = (np.full(3000, mathfns.reduce_identity(kind, dtype)),
+                 np.full(3000, mathfns.INDEX_IDENTITY))
+        for x, y in zip(f((a, i), ident), (a, i)):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("kind", ONE_VALUE)
 def test_identity_is_neutral_for_the_fold(kind):
     rng = np.random.default_rng(1)
     for dtype in (np.float32, np.int32, np.int64):
