@@ -74,13 +74,15 @@ def logical_not(x): return unary("logical_not", x)
 
 # ---- binary ------------------------------------------------------------------
 def _max_vjp(n, g, y, a, b):
-    pick_a = a >= b
-    return where(pick_a, g, 0.0), where(pick_a, 0.0, g)
+    # On a tie each side gets half, as torch.maximum's gradient gives (and as a max
+    # reduction shares among its ties); the side that lost gets nothing.
+    tie, half = a == b, g * 0.5
+    return where(tie, half, where(a < b, 0.0, g)), where(tie, half, where(a > b, 0.0, g))
 
 
 def _min_vjp(n, g, y, a, b):
-    pick_a = a <= b
-    return where(pick_a, g, 0.0), where(pick_a, 0.0, g)
+    tie, half = a == b, g * 0.5
+    return where(tie, half, where(a > b, 0.0, g)), where(tie, half, where(a < b, 0.0, g))
 
 
 _BINARY = {

@@ -141,3 +141,48 @@ def test_bf16_max_gradient_at_small_sizes_is_finite():
     ref = evaluate(graph, inputs)
     bound = error_bounds(graph, inputs, executor_rounding)["dx"]
     assert mismatch(out["dx"], ref["dx"], bound) is None
+
+
+@algorithm
+def masked_log_softmax_min(x0: Tensor["N", "M"], x1: Tensor["N"]):
+    a = D.where(D.index("N") <= D.index("M"), x1, float("-inf"))
+    b = D.where(x0 > 0.0, x0, float("-inf"))
+    return D.minimum(D.log_softmax(a, over="N"), D.log_softmax(b, over="M"))
+
+
+# Found by the gradient fuzzer (seed 2000327): minimum of two masked log-softmaxes ties at
+# -inf where both are masked, and the derived gradient gave the whole cotangent to the
+# first operand where torch.minimum (and plait's own min reduction) splits it evenly.
+def test_minimum_and_maximum_split_a_tie_evenly():
+    import plait
+    from plait.autodiff import grad
+    rng = np.random.default_rng(7)
+    x0 = rng.standard_normal((8, 4)).astype(np.float32)
+    x1 = rng.standard_normal(8).astype(np.float32)
+    g = grad(masked_log_softmax_min, wrt=["x0", "x1"])
+    dout = rng.standard_normal((8, 4)).astype(np.float32)   # [N, M], as the output
+    got = plait.run(g, x0, x1, dout, device="cpu")
+    # Independent float64 reference: both log-softmaxes by hand, the tie split in half.
+    a = np.where(np.arange(8)[:, None] <= np.arange(4)[None, :], x1[:, None], -np.inf)
+    b = np.where(x0 > 0, x0, -np.inf)
+
+    def log_softmax(v, axis):
+        m = np.max(v, axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        return v - m - np.log(np.sum(np.exp(v - m), axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        la, lb = log_softmax(a.astype(np.float64), 0), log_softmax(b.astype(np.float64), 1)
+    # A tie splits in half; otherwise the side that is not the minimum gets nothing (a
+    # row masked throughout is NaN, which is no side's loss, as in torch.minimum).
+    tie = la == lb
+    ga = np.where(tie, dout / 2, np.where(la > lb, 0.0, dout))
+    gb = np.where(tie, dout / 2, np.where(lb > la, 0.0, dout))
+
+    def back(gl, l, v, axis):     # through log_softmax, where v is finite
+        with np.errstate(invalid="ignore"):
+            gv = gl - np.exp(l) * np.sum(gl, axis=axis, keepdims=True)
+        return np.where(np.isfinite(v), gv, 0.0)
+    want_x1 = np.sum(back(ga, la, a, 0) * (a == x1[:, None]) * np.isfinite(a), axis=1)
+    want_x0 = back(gb, lb, b, 1)
+    np.testing.assert_allclose(got["dx1"], want_x1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["dx0"], want_x0, rtol=1e-4, atol=1e-5)
