@@ -64,6 +64,9 @@ def test_gradients_match_torch_autograd(name, gen):
     (out.double() * cot).sum().backward()
     (ref * cot).sum().backward()
     for arg, t in inputs.items():
+        if not t.is_floating_point():     # integer inputs (token ids) have no gradient
+            assert t.grad is None, arg
+            continue
         assert t.grad is not None, arg
         assert max_rel_err(t.grad, wide[arg].grad) <= 1e-3, arg
 
@@ -86,7 +89,7 @@ def test_torch_compile_fullgraph_keeps_the_op(name, gen):
     want = fn(**inputs)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     targets = [str(n.target) for g in graphs for n in g.graph.nodes]
-    assert f"plait.{name}.default" in targets, targets
+    assert f"plait.{CASES[name].algorithm or name}.default" in targets, targets
     if CASES[name].grad:                       # and the backward through AOTAutograd
         torch._dynamo.reset()
         fresh = {k: v.detach().clone().requires_grad_(v.requires_grad)
@@ -94,7 +97,7 @@ def test_torch_compile_fullgraph_keeps_the_op(name, gen):
         aot = torch.compile(fn, fullgraph=True, backend="aot_eager")
         aot(**fresh).sum().backward()
         fn(**inputs).sum().backward()
-        for arg in inputs:
+        for arg in (a for a in inputs if inputs[a].is_floating_point()):
             torch.testing.assert_close(fresh[arg].grad, inputs[arg].grad, rtol=1e-5,
                                        atol=1e-6)
 

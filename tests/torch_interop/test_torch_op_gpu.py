@@ -52,7 +52,8 @@ def test_gradients_on_gpu_match_torch_autograd(name, gen):
     (out.double() * cot).sum().backward()
     (ref * cot).sum().backward()
     for arg, t in inputs.items():
-        assert max_rel_err(t.grad, wide[arg].grad) <= 1e-3, arg
+        if t.is_floating_point():      # integer inputs (token ids) have no gradient
+            assert max_rel_err(t.grad, wide[arg].grad) <= 1e-3, arg
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
@@ -72,7 +73,7 @@ def test_torch_compile_fullgraph_on_gpu(name, backend, gen):
     if CASES[name].grad:
         got.sum().backward()
         want.sum().backward()
-        for arg in inputs:
+        for arg in (a for a in inputs if inputs[a].is_floating_point()):
             torch.testing.assert_close(fresh[arg].grad, inputs[arg].grad, rtol=1e-4,
                                        atol=1e-5)
 

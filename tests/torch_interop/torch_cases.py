@@ -20,6 +20,8 @@ class Case:
     grad: bool = True               # differentiate (every float32 input)
     scale: float = 1.0              # inputs drawn as standard normal times this
     opcheck_skips: tuple = ()       # opcheck tests torch itself cannot run on these dtypes
+    algorithm: str | None = None    # the example's algorithm, where not named as its file
+    indices: dict = field(default_factory=dict)  # argument -> exclusive bound of its ints
 
 
 def _rms(x, w, eps=1e-6):
@@ -64,6 +66,14 @@ CASES = {
     "attention": Case({"q": (1, 2, 5, 8), "k": (1, 2, 7, 8), "v": (1, 2, 7, 8)},
                       lambda q, k, v, scale=0.125: F.scaled_dot_product_attention(
                           q, k, v, scale=scale), scalars={"scale": 0.3}),
+    # examples/embedding.py's `embedding`: int64 token ids into a [V, D] table
+    "embedding": Case({"ids": (11,), "table": (37, 24)},
+                      lambda ids, table: table[ids.long()],
+                      dtypes={"ids": torch.int64}, indices={"ids": 37}),
+    # examples/sampling.py's `greedy`: int32 argmax over the vocabulary
+    "sampling": Case({"logits": (3, 53)},
+                     lambda logits: torch.argmax(logits, -1).to(torch.int32),
+                     grad=False, algorithm="greedy"),
     # examples/rotary.py's `rotary` (the LLaMA and interleaved variants beside it are
     # checked in tests/lowering/test_rotary_kernels.py)
     "rotary": Case({"x": (2, 3, 5, 12), "cos": (5, 12), "sin": (5, 12)}, _hf_rotary),
@@ -71,7 +81,7 @@ CASES = {
 
 
 def load(name):
-    return getattr(importlib.import_module(name), name)
+    return getattr(importlib.import_module(name), CASES[name].algorithm or name)
 
 
 def make_inputs(name, gen, device="cpu", requires_grad=False) -> dict:
@@ -80,6 +90,10 @@ def make_inputs(name, gen, device="cpu", requires_grad=False) -> dict:
     out = {}
     for arg, shape in case.shapes.items():
         dtype = case.dtypes.get(arg, torch.float32)
+        if arg in case.indices:       # valid positions along the axis they index
+            t = torch.randint(0, case.indices[arg], shape, generator=gen).to(dtype).to(device)
+            out[arg] = t
+            continue
         t = (torch.randn(*shape, generator=gen) * case.scale).to(dtype).to(device)
         out[arg] = t.requires_grad_(requires_grad and case.grad and dtype == torch.float32)
     return out
