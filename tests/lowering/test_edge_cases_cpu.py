@@ -89,10 +89,15 @@ def test_edge_case_matches_numpy(case):
     algo, args, want = CASES[case]()
     got = plait.run(algo, *args, device="cpu")
     got = list(got.values()) if isinstance(got, dict) else [got]
+    # A sum of many signed terms can cancel to near 0 (a 1-in-300 draw of the scalar sum
+    # did): its fp32 rounding scales with the terms' root sum of squares, not the result.
+    spread = np.sqrt(np.sum(np.square(args[0], dtype=np.float64))) \
+        if case == "sum to a scalar" else 0.0
     for g, w in zip(got, want):
         g = np.asarray(g, np.float64)
         assert g.shape == np.shape(w)
-        assert np.abs(g - w).max() <= 2e-5 * builtins.max(np.abs(w).max(), 1.0)
+        scale = builtins.max(np.abs(w).max(), 1.0, spread)
+        assert np.abs(g - w).max() <= 2e-5 * scale
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="no ptxas")
