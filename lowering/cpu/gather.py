@@ -48,10 +48,16 @@ def scatter_add(m, op, args, arrays):
     target = arrays[buffer.name]
     mask = m.in_bounds(op.axes) & m.owner(op.axes)
     ok = _in_range(m, op, idx, mask)
-    at = _positions(m, buffer.axes, op.attr("take"), idx, ok)
+    add_at(target, buffer.dtype, _positions(m, buffer.axes, op.attr("take"), idx, ok), ok,
+           src)
+    return None
+
+
+def add_at(target: np.ndarray, dtype, at, ok: np.ndarray, src: np.ndarray) -> None:
+    """src added into `target` at positions `at` (one index array per buffer axis) where
+    `ok`, each value rounded to the buffer's `dtype` first; all of them broadcast."""
     shape = np.broadcast_shapes(ok.shape, src.shape, *[p.shape for p in at])
     ok = np.broadcast_to(ok, shape)
     value = np.broadcast_to(src, shape)[ok].astype(np.float64)
     np.add.at(target, tuple(np.broadcast_to(p, shape)[ok] for p in at),
-              round_to(value, buffer.dtype).astype(target.dtype))
-    return None
+              round_to(value, dtype).astype(target.dtype))

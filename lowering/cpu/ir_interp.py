@@ -26,6 +26,7 @@ from plait.dsl.errors import PlaitError
 
 from . import mathfns
 from .emulate import _NP
+from .gather import add_at
 from .emulate import _step as elementwise_step
 from .stream_emulate import _dot
 from ..ir.layouts import Shared, coords, spread_axes
@@ -208,11 +209,7 @@ def _scatter_add(f: Frame, op: Op, src: np.ndarray, idx: np.ndarray) -> None:
     target = f.arrays[buf.name]
     ok = _checked_index(f, op, idx, f.inside(op.attr("over")))
     at = [np.where(ok, idx if a == op.attr("take") else f.index(a), 0) for a in buf.axes]
-    shape = np.broadcast_shapes(ok.shape, src.shape, *[p.shape for p in at])
-    ok = np.broadcast_to(ok, shape)
-    value = np.broadcast_to(src, shape)[ok].astype(np.float64)
-    np.add.at(target, tuple(np.broadcast_to(p, shape)[ok] for p in at),
-              round_to(value, buf.dtype).astype(target.dtype))
+    add_at(target, buf.dtype, at, ok, src)
     return None
 
 
