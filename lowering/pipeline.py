@@ -168,7 +168,6 @@ def entry_name(kernel_name: str) -> str:
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                     aligned: bool, target: str, multiprocessors: int | None = None) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
-    from .nvptx.backend import emit_ptx
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
     for t in low.threads:
@@ -180,7 +179,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
             from .stream.sm80 import stream_kernel
             kernels.append(stream_kernel(t, entry))
             continue
-        ptx = emit_ptx(t, entry, target)
+        ptx = _simt_ptx(t, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
                                       t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
@@ -189,6 +188,17 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
     program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
     check_grids(program, sizes, multiprocessors or get_target(target).sms)
     return program
+
+
+def _simt_ptx(t: ThreadProgram, entry: str, target: str) -> str:
+    """A SIMT kernel's PTX: from its thread program, or (PLAIT_IR_SIMT=1, the switch of
+    the one IR's SIMT emitter, off by default) from the thread-level IR of it."""
+    from .nvptx.ir_simt import emit_ir_ptx, ir_simt_enabled
+    if ir_simt_enabled():
+        from .ir.thread_kernel import thread_kernel
+        return emit_ir_ptx(thread_kernel(t, target), t.size_args, entry)
+    from .nvptx.backend import emit_ptx
+    return emit_ptx(t, entry, target)
 
 
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
@@ -249,6 +259,7 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     from .ir.build import build_program
     from .ir.printer import kernel_text
     from .nvptx.backend import emit_llvm_ir, llvm_to_ptx
+    from .nvptx.ir_simt import emit_ir_llvm, ir_simt_enabled
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}
     for t in low.threads:
@@ -260,6 +271,10 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
             from .stream.sm80 import emit_stream_llvm_ir, stream_ptx
             llir[t.name] = emit_stream_llvm_ir(t, entry)
             ptx[t.name] = stream_ptx(llir[t.name], t, entry)
+        elif ir_simt_enabled():
+            from .ir.thread_kernel import thread_kernel
+            llir[t.name] = emit_ir_llvm(thread_kernel(t, target), t.size_args, entry)
+            ptx[t.name] = llvm_to_ptx(llir[t.name], target)
         else:
             llir[t.name] = emit_llvm_ir(t, entry, target)
             ptx[t.name] = llvm_to_ptx(llir[t.name], target)

@@ -104,6 +104,12 @@ class _Emitter(ReductionEmitter, PairReductionEmitter):
         self.values: dict[int, np.ndarray] = {}
         self.loop_index = self.loop_count = None
         self.policies: dict[bool, ir.Value] = {}
+        self._run_program(fn)
+        self.b.ret_void()
+
+    def _run_program(self, fn) -> None:
+        """The ops before the walked axis's loop, the loop, the ops after it."""
+        prog = self.prog
         region = {op.id: op.attr("region", "pre") for op in prog.ops}
         for op in prog.ops:
             if region[op.id] == "pre":
@@ -113,7 +119,6 @@ class _Emitter(ReductionEmitter, PairReductionEmitter):
         for op in prog.ops:
             if region[op.id] == "post":
                 self.values[op.id] = self._op(op)
-        self.b.ret_void()
 
     # ---- indices ---------------------------------------------------------
     def sreg(self, name: str):
