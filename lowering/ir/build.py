@@ -15,7 +15,7 @@ from plait.dsl.select import is_pair
 from ..gemm.plan import GemmProgram
 from ..graph.kernel_plan import REDUCE_OPS
 from ..stream.plan import StreamKernel
-from ..tileir.thread import ThreadProgram
+from ..tileir.thread import ThreadProgram, cluster_reductions
 from ..tileir.tile import TileOp, TileProgram
 from ..tileir.tile_stream import loop_body
 from .layout_simt import SimtLayouts, simt_loop
@@ -35,6 +35,8 @@ def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) ->
         raise TypeError(f"no IR builder for {type(plan).__name__}")
     b = Builder()
     ops = list(tile.ops)
+    if path == "simt":      # reductions level by level, as the thread-level pass groups them
+        ops = cluster_reductions(ops)
     if getattr(layouts, "walk", None) is not None:
         ops = simt_loop(ops, layouts.walk, layouts)
     translate(b, ops, layouts, {})

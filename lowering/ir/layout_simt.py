@@ -22,13 +22,17 @@ from ..tileir.tile import TileOp
 from .layouts import Blocked, BlockedDim
 
 
+def blocked_dims(lay) -> tuple[BlockedDim, ...]:
+    """The row and column maps of a SIMT kernel's thread layout (`graph/layout.py`)."""
+    return tuple(BlockedDim(m.axis, m.reps, m.threads, m.vector, m.shift)
+                 for m in (lay.row, lay.col) if m is not None)
+
+
 class SimtLayouts:
     def __init__(self, plan: ThreadProgram, sizes: dict[str, int]):
         lay = plan.layout
         self.buffers = {b.name: b for b in plan.buffers}
-        dims = tuple(BlockedDim(m.axis, m.reps, m.threads, m.vector, m.shift)
-                     for m in (lay.row, lay.col) if m is not None)
-        self.blocked = Blocked(dims, lay.threads)
+        self.blocked = Blocked(blocked_dims(lay), lay.threads)
         self.grid = lay.grid
         self.threads = lay.threads
         self.walk = lay.loop
@@ -97,16 +101,21 @@ def simt_loop(ops: list[TileOp], walk, layouts: SimtLayouts) -> list[TileOp]:
         else:
             body.append(op)
     end = made("yield", [yielded[r.id] for r in reductions], (), DType.FP32, loop=loop.id)
-    after = []
-    for i, r in enumerate(reductions):
-        res = made("result", (), r.axes, r.dtype, loop=loop.id, index=i)
-        results[r.id] = res.id
-        after.append(res)
-        if r.attr("round") is not None:
-            after.append(made("round", (res.id,), r.axes, r.dtype, round=r.attr("round")))
-            results[r.id] = after[-1].id
-    post = [_renamed(op, results) for op in ops if place[op.id] == "post"]
-    return pre + inits + [loop] + body + [end] + after + post
+    # After the loop, in program order: each reduction's result where the reduction
+    # stood, the ops that read them after it.
+    post = []
+    index = {r.id: i for i, r in enumerate(reductions)}
+    for op in ops:
+        if op.id in index:
+            res = made("result", (), op.axes, op.dtype, loop=loop.id, index=index[op.id])
+            results[op.id] = res.id
+            post.append(res)
+            if op.attr("round") is not None:
+                post.append(made("round", (res.id,), op.axes, op.dtype, round=op.attr("round")))
+                results[op.id] = post[-1].id
+        elif place[op.id] == "post":
+            post.append(_renamed(op, results))
+    return pre + inits + [loop] + body + [end] + post
 
 
 def _renamed(op: TileOp, results: dict[int, int]) -> TileOp:

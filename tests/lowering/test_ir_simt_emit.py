@@ -9,7 +9,9 @@ from examples_catalog import load
 
 from plait.autodiff import grad
 from plait.dsl import DType
+from plait.lowering.ir.build import build_kernel
 from plait.lowering.ir.printer import kernel_text
+from plait.lowering.ir.simt_threads import thread_level
 from plait.lowering.ir.thread_kernel import thread_kernel
 from plait.lowering.ir.verify import verify
 from plait.lowering.nvptx.backend import emit_llvm_ir
@@ -67,3 +69,41 @@ def test_walked_axis_kernels_emit_the_same_llvm_ir(extra, sizes, name, target):
     if extra:
         assert walked[0].stage_floats > 0
     assert _check_same(low, target) >= 1
+
+
+def _check_pass(low, target, aligned=True):
+    """The thread-level pass over the IR builder's kernel emits what the thread program
+    does, and gives the same kernel arguments and shared memory."""
+    checked = 0
+    for t, tile in zip(low.threads, low.tiles):
+        if not isinstance(t, ThreadProgram):
+            continue
+        k = thread_level(build_kernel(t, tile, target, low.sizes), t.layout, tile.axes,
+                         low.sizes, aligned)
+        verify(k)
+        entry = entry_name(t.name)
+        assert k.attr("size_args") == t.size_args
+        assert (k.attr("smem_words"), k.attr("acc_words"), k.attr("stage_words")) == \
+            (t.smem_floats, t.acc_floats, t.stage_floats)
+        assert emit_ir_llvm(k, k.attr("size_args"), entry) == emit_llvm_ir(t, entry, target), \
+            t.name
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("label,algo", CASES, ids=[c[0] for c in CASES])
+def test_thread_level_pass_emits_what_the_thread_program_does(label, algo, target):
+    _check_pass(lowered(algo, target), target)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("extra,sizes", WALKS, ids=["registers", "shared-accs", "staged"])
+def test_thread_level_pass_on_walked_axes(extra, sizes, name, target):
+    bwd = grad(load(name))
+    graph = bwd.graph({p.name: DType.BF16 for p in bwd.tensor_params})
+    schedule = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, **extra})
+    for aligned in (True, False):
+        low = lower(graph, schedule, sizes, aligned, target)
+        assert _check_pass(low, target, aligned) >= 1
