@@ -170,7 +170,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
-    for t in low.threads:
+    for t, tile in zip(low.threads, low.tiles):
         entry = entry_name(t.name)
         if isinstance(t, GemmProgram):
             kernels.append(gemm_backend(t).gemm_kernel(t, entry))
@@ -179,7 +179,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
             from .stream.sm80 import stream_kernel
             kernels.append(stream_kernel(t, entry))
             continue
-        ptx = _simt_ptx(t, entry, target)
+        ptx = _simt_ptx(t, tile, low.sizes, aligned, entry, target)
         dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
         kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
                                       t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
@@ -190,13 +190,23 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
     return program
 
 
-def _simt_ptx(t: ThreadProgram, entry: str, target: str) -> str:
+def simt_kernel(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligned: bool,
+                target: str):
+    """The thread-level IR of a SIMT kernel: the IR builder's kernel through the
+    thread-level pass (`ir/simt_threads.py`)."""
+    from .ir.build import build_kernel
+    from .ir.simt_threads import thread_level
+    return thread_level(build_kernel(t, tile, target, sizes), t.layout, tile.axes, sizes,
+                        aligned)
+
+
+def _simt_ptx(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligned: bool,
+              entry: str, target: str) -> str:
     """A SIMT kernel's PTX: from its thread program, or (PLAIT_IR_SIMT=1, the switch of
-    the one IR's SIMT emitter, off by default) from the thread-level IR of it."""
+    the one IR's SIMT path, off by default) from its thread-level IR."""
     from .nvptx.ir_simt import emit_ir_ptx, ir_simt_enabled
     if ir_simt_enabled():
-        from .ir.thread_kernel import thread_kernel
-        return emit_ir_ptx(thread_kernel(t, target), t.size_args, entry)
+        return emit_ir_ptx(simt_kernel(t, tile, sizes, aligned, target), None, entry)
     from .nvptx.backend import emit_ptx
     return emit_ptx(t, entry, target)
 
@@ -222,10 +232,14 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
         for k in build_program(low.threads, low.tiles, target, low.sizes):
             run_kernel(k, low.sizes, arrays, values, check_layouts=True)
         return {name: arrays[name] for name in graph.outputs}
-    for t in low.threads:
+    from .nvptx.ir_simt import ir_simt_enabled
+    for t, tile in zip(low.threads, low.tiles):
         if isinstance(t, (GemmProgram, StreamKernel)):
             run_stream_program(t.program if isinstance(t, GemmProgram) else t.tile,
                                low.sizes, arrays, values)
+        elif ir_simt_enabled():
+            emulator.run_thread_kernel(simt_kernel(t, tile, low.sizes, True, target),
+                                       low.sizes, arrays, values)
         else:
             emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
@@ -262,7 +276,7 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     from .nvptx.ir_simt import emit_ir_llvm, ir_simt_enabled
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}
-    for t in low.threads:
+    for t, tile in zip(low.threads, low.tiles):
         entry = entry_name(t.name)
         if isinstance(t, GemmProgram):
             llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
@@ -272,8 +286,8 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
             llir[t.name] = emit_stream_llvm_ir(t, entry)
             ptx[t.name] = stream_ptx(llir[t.name], t, entry)
         elif ir_simt_enabled():
-            from .ir.thread_kernel import thread_kernel
-            llir[t.name] = emit_ir_llvm(thread_kernel(t, target), t.size_args, entry)
+            llir[t.name] = emit_ir_llvm(simt_kernel(t, tile, low.sizes, aligned, target),
+                                        None, entry)
             ptx[t.name] = llvm_to_ptx(llir[t.name], target)
         else:
             llir[t.name] = emit_llvm_ir(t, entry, target)
@@ -282,7 +296,10 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
         "algorithm": graph.text(),
         "kernels": low.kernel_graph.text(),
         "tile": "\n".join(t.text() for t in low.tiles),
-        "thread": "\n".join(t.text() for t in low.threads),
+        "thread": "\n".join(
+            kernel_text(simt_kernel(t, tile, low.sizes, aligned, target))
+            if ir_simt_enabled() and isinstance(t, ThreadProgram) else t.text()
+            for t, tile in zip(low.threads, low.tiles)),
         "ir": "\n".join(kernel_text(k) for k in
                         build_program(low.threads, low.tiles, target, low.sizes)),
         "llir": llir,

@@ -22,6 +22,7 @@ from . import arg_reduce, mathfns
 from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from ..tileir.rotate_load import source_index
+from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view
 from ..tileir.thread import ThreadProgram, pair_step
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
@@ -132,6 +133,34 @@ def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[
     for op in prog.ops:
         if region[op.id] == "post":
             vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
+
+
+def run_thread_kernel(k, sizes: dict[str, int], arrays: dict[str, np.ndarray],
+                      scalars: dict[str, float], check_indices: bool = True) -> None:
+    """Execute a thread-level IR kernel (`ir/simt_threads.py`) as `run_thread_program`
+    does its thread program: the ops of its top block in order, its `for` over the
+    walked axis index by index."""
+    view = KernelView(k)
+    m = _Machine(view, sizes)
+    m.check_indices = check_indices
+    vals: dict[int, np.ndarray] = {}
+    starts = loop_starts(k)
+    for op in k.body.ops:
+        if op.results and op.results[0] in starts:
+            continue
+        if op.name == "for":
+            body = loop_body(k, op)
+            for i in range(min(view.layout.loop.tile, sizes[view.layout.loop.axis])):
+                m.loop_index = i
+                for o in body:
+                    args = [vals[a] for a in o.args]
+                    vals[o.id] = _accumulate(m, o, vals.get(o.id), args[0]) \
+                        if o.op == "loop_acc" else _step(m, o, args, arrays, scalars)
+            for result, last in zip(op.results, op.body.ops[-1].args):
+                vals[result] = vals[last]
+            continue
+        o = op_view(k, op)
+        vals[o.id] = _step(m, o, [vals[a] for a in o.args], arrays, scalars)
 
 
 def _accumulate(m: _Machine, op, acc, value):

@@ -110,7 +110,7 @@ STRUCTURAL = {
     "load": (None, 1), "store": (1, 0), "atomic_add": (1, 0), "scatter_add": (2, 0),
     "convert": (1, 1), "round": (1, 1), "convert_layout": (1, 1),
     "reduce": (None, None), "dot": (None, 1), "for": (None, None), "yield": (None, 0),
-    # a SIMT kernel's thread-level steps (`thread_kernel.py`)
+    # a SIMT kernel's thread-level steps (`simt_threads.py`)
     "accumulate": (2, 1), "reduce_local": (1, 1), "reduce_shfl": (1, 1),
     "barrier": (None, None), "smem_put": (2, 1), "smem_fold": (1, 1), "reduce_done": (1, 1),
 }

@@ -1,5 +1,5 @@
 """Pass: a SIMT kernel from its tile-level IR (`build.build_kernel`) to its thread-level
-IR, the form `nvptx/ir_simt.py` emits (`thread_kernel.py` describes it).
+IR, the form that `nvptx/ir_simt.py` emits and `cpu/emulate.run_thread_kernel` runs.
 
 - Loads and stores get their vector width: the layout's, split to at most 16 bytes, 1 where
   rows may start unaligned, halved for a rotated half, 1 for a take whose row changes along
@@ -13,8 +13,12 @@ IR, the form `nvptx/ir_simt.py` emits (`thread_kernel.py` describes it).
   its carried value become one `accumulate`; accumulators of more than
   MAX_REGISTER_ACCUMULATORS elements per thread move to shared memory where they fit, and
   with `prefetch_into: shared` the rows the loop streams get a cp.async ring.
-- The kernel's attributes give the thread layout, the shared-memory words of each use and
-  the axes whose extents are kernel arguments.
+- The kernel's attributes give the thread layout (`simt_layout`), the shared-memory words
+  of each use (`smem_words` for exchanges, `acc_words`, `stage_words`) and the axes whose
+  extents are kernel arguments (`size_args`).
+
+Steps that only order others (`barrier`, `smem_put`) give a token value that their
+followers take as an argument, so program order is data flow here as everywhere in the IR.
 """
 from __future__ import annotations
 
