@@ -21,7 +21,7 @@ from plait.schedule.model import Schedule
 from plait.schedule.validate import validate
 
 from .cpu import emulate as emulator
-from .empty_axes import empty_axes, host_outputs
+from .graph.empty_axes import empty_axes, host_outputs
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
 from .graph.footprint import large_temporaries
@@ -201,7 +201,7 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
             inputs: dict[str, np.ndarray], scalars: dict[str, float],
             target: str = DEFAULT_TARGET) -> dict[str, np.ndarray]:
     """Run the lowered programs (as compiled for `target`) on the CPU; outputs by name.
-    With an empty axis no kernel runs (lowering/empty_axes.py says why)."""
+    With an empty axis no kernel runs (lowering/graph/empty_axes.py says why)."""
     if empty_axes(sizes):
         return host_outputs(graph, schedule, inputs, scalars)
     low = lower(graph, schedule, sizes, True, target)

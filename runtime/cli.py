@@ -11,7 +11,7 @@ float64 reference on the same (rounded) inputs; its last line is
 `ok max_rel_err=<e> time_ms=<t>` (exit 0) or `FAIL <why>` (exit 1). NaN and inf must
 sit where the reference has them; where they do, a `note:` line before the last says so,
 and where they do not, a `where:` line before the FAIL gives their count and the first.
-An axis of size 0 (`--shape N=0`) runs no kernel: see lowering/empty_axes.py.
+An axis of size 0 (`--shape N=0`) runs no kernel: see lowering/graph/empty_axes.py.
 """
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ class Compiled(TorchPath):
         self._torch_fast = False
         self.program = None
         self.aligned = all(info.aligned or not info.on_device for info in infos.values())
-        # an empty axis: no kernel, the host gives the outputs (lowering/empty_axes.py)
+        # an empty axis: no kernel, the host gives the outputs (lowering/graph/empty_axes.py)
         self._empty = any(extent == 0 for extent in self.sizes.values())
         if self.gpu and not self._empty:
             self._prepare_gpu(api, infos)

@@ -1,6 +1,6 @@
 """Tier 2: axes of extent 0 on the GPU (CUDA tensors, numpy arrays through plait.run,
 plait.compile handles, the torch op with gradients), against torch on cuda. No kernel is
-launched (lowering/empty_axes.py): outputs are empty, or the reductions' identities
+launched (lowering/graph/empty_axes.py): outputs are empty, or the reductions' identities
 (sum 0, max -inf, min +inf, mean NaN, logsumexp -inf), on the arguments' device."""
 import numpy as np
 import pytest

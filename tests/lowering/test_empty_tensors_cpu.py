@@ -4,7 +4,7 @@ NaN, logsumexp -inf; softmax over it is empty; argmax refuses, as torch does). C
 the float64 reference, the CPU executor (plait.run and plait.compile handles), the torch
 op (forward and derived gradients, against torch autograd on CPU) and `plait run`.
 
-No kernel runs for such a call (lowering/empty_axes.py says why), so each case also runs
+No kernel runs for such a call (lowering/graph/empty_axes.py says why), so each case also runs
 the same algorithm at an odd, non-empty shape against torch: that run goes through the
 CPU executor, whose programs tests/conftest.py compiles for sm_80 and sm_90a and
 assembles."""

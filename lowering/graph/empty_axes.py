@@ -20,7 +20,7 @@ import numpy as np
 from plait.dsl.graph import AlgorithmGraph
 from plait.dsl.reference import evaluate
 
-from .graph.policy import resolve, rounding_for
+from .policy import resolve, rounding_for
 
 
 def empty_axes(sizes: dict[str, int]) -> list[str]:
