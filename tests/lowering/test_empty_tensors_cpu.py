@@ -195,3 +195,22 @@ def test_plait_run_cli_takes_an_empty_axis(shape, empty, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1] == f"no kernel: axis {empty} is empty, the host gives the outputs", lines
     assert lines[-1].startswith("ok max_rel_err=0 ")
+
+
+@algorithm
+def bool_reductions(x: Tensor["M", "N"], t: float = 0.0):
+    return {"any": max_(x > t, over="N"), "all": min_(x > t, over="N")}
+
+
+@pytest.mark.parametrize("shape", EMPTY_SHAPES + [ODD_SHAPE])
+def test_bool_reductions_give_false_and_true(shape, rng):
+    x = _random(rng, shape, np.float32)
+    got = plait.run(bool_reductions, x, device="cpu")
+    np.testing.assert_array_equal(got["any"], _torch(x).gt(0).any(1).numpy())
+    np.testing.assert_array_equal(got["all"], _torch(x).gt(0).all(1).numpy())
+
+
+def test_compiling_ahead_of_time_for_an_empty_axis_says_there_is_no_kernel():
+    from plait.runtime.api import compile as compile_ahead
+    with pytest.raises(PlaitError, match="axis N is empty .*no kernel to compile"):
+        compile_ahead(reductions, {"x": "fp32"}, {"M": 37, "N": 0}, target="sm_90a")
