@@ -12,7 +12,9 @@ pytestmark = pytest.mark.gpu
 import torch.nn.functional as F  # noqa: E402
 
 import plait  # noqa: E402
-from plait.dsl import Tensor, algorithm, log_softmax, logsumexp, softmax  # noqa: E402
+from plait.dsl import (Tensor, algorithm, index, log_softmax, logsumexp,  # noqa: E402
+                       softmax, where)
+from plait.dsl import sum as sum_  # noqa: E402
 from plait.dsl import max as max_  # noqa: E402
 from plait.dsl import min as min_  # noqa: E402
 
@@ -75,3 +77,25 @@ def test_streamed_attention_matches_sdpa_with_nan_and_inf(dtype):
     got = plait.run(attention, q, k, v)
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.125)
     _assert_ieee_equal(got, want, 2e-2, f"attention {dtype}")
+
+
+@algorithm
+def later_keys(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+               v: Tensor["B", "H", "T", "D"]):
+    """Query s sees keys t >= s: a row's first key tiles are all masked (running max -inf)."""
+    s = where(index("T") >= index("S"), sum_(q * k, over="D") * 0.125, float("-inf"))
+    return sum_(softmax(s, over="T") * v, over="T")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_online_softmax_rescale_after_masked_tiles(dtype):
+    rng = np.random.default_rng()
+    B, H, S, D = 2, 4, int(rng.integers(200, 500)), 64
+    T = S + int(rng.integers(0, 100))
+    q, k, v = (torch.randn(B, H, n, D, device="cuda", dtype=dtype) for n in (S, T, T))
+    keep = torch.arange(T, device="cuda")[None, :] >= torch.arange(S, device="cuda")[:, None]
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep,
+                                          scale=0.125)
+    got = plait.run(later_keys, q, k, v)
+    assert torch.isfinite(got).all()
+    _assert_ieee_equal(got, want, 2e-2, f"later keys {dtype}")

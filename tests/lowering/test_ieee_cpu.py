@@ -19,9 +19,13 @@ import torch
 import torch.nn.functional as F
 
 import plait
-from plait.dsl import Tensor, algorithm, evaluate, log_softmax, logsumexp, softmax
+from plait.dsl import (Tensor, algorithm, evaluate, index, log_softmax, logsumexp, softmax,
+                       where)
+from plait.dsl import sum as sum_
 from plait.dsl import max as max_
 from plait.dsl import min as min_
+from plait.lowering.pipeline import lower
+from plait.lowering.stream.plan import StreamKernel
 from plait.runtime.tolerance import TOLERANCE
 from plait.dsl.dtypes import dtype_of
 
@@ -137,7 +141,8 @@ def test_nan_propagates_through_max_and_min_beside_infinities(rng):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_streamed_attention_propagates_nan_and_inf_as_sdpa(dtype, rng):
     """A NaN in one query row and an inf in one key: torch's SDPA answers (NaN rows where
-    a score is NaN or where +inf meets +inf), element by element."""
+    a score is NaN or where +inf meets +inf), element by element. bf16 runs the streamed
+    kernel, fp32 (no tf32) the unstreamed softmax and contractions."""
     B, H, S, T, D = 1, 2, int(rng.integers(20, 70)), int(rng.integers(70, 150)), 16
     q, k, v = (rng.standard_normal(s).astype(np.float32).astype(DTYPES[dtype])
                for s in ((B, H, S, D), (B, H, T, D), (B, H, T, D)))
@@ -148,3 +153,29 @@ def test_streamed_attention_propagates_nan_and_inf_as_sdpa(dtype, rng):
     assert np.isnan(want).any() and np.isfinite(want).any()
     got = plait.run(attention, q, k, v, device="cpu")
     assert_ieee_equal(got, want, DTYPES[dtype], f"attention {dtype}")
+
+
+@algorithm
+def later_keys(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+               v: Tensor["B", "H", "T", "D"]):
+    """Query s sees keys t >= s: a row's first key tiles are all masked, so its running
+    max stays -inf there and the rescale exp(m - m_new) must not become NaN."""
+    s = where(index("T") >= index("S"), sum_(q * k, over="D") * 0.125, float("-inf"))
+    return sum_(softmax(s, over="T") * v, over="T")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_online_softmax_rescale_after_masked_tiles_matches_sdpa(dtype, rng):
+    B, H, S, D = 1, 2, int(rng.integers(70, 140)), 16
+    T = S + int(rng.integers(0, 60))                       # every row sees a key
+    q, k, v = (rng.standard_normal(s).astype(np.float32).astype(DTYPES[dtype])
+               for s in ((B, H, S, D), (B, H, T, D), (B, H, T, D)))
+    tq, tk, tv = (torch.from_numpy(np.asarray(a, np.float32)) for a in (q, k, v))
+    keep = torch.arange(T)[None, :] >= torch.arange(S)[:, None]
+    want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep, scale=0.125).numpy()
+    sizes = {"B": B, "H": H, "S": S, "T": T, "D": D}
+    low = lower(later_keys.graph({n: dtype for n in "qkv"}), None, sizes, True, "sm_90a")
+    assert any(isinstance(t, StreamKernel) for t in low.threads), "not streamed"
+    got = plait.run(later_keys, q, k, v, device="cpu")
+    assert np.isfinite(np.asarray(got, np.float64)).all()
+    assert_ieee_equal(got, want, DTYPES[dtype], f"later keys {dtype}")
