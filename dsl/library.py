@@ -48,7 +48,10 @@ def logsumexp(x: Tensor, over=None) -> Tensor:
 
 
 def log_softmax(x: Tensor, over=None) -> Tensor:
-    return x - logsumexp(x, over=over)
+    """(x - max) - log(sum(exp(x - max))), torch's form: a row holding +inf, or all -inf,
+    is NaN throughout, as softmax's is (x - logsumexp(x) would give -inf beside the +inf)."""
+    shifted = x - stop_gradient(max_(x, over=over))
+    return shifted - log(sum_(exp(shifted), over=over))
 
 
 def relu(x: Tensor) -> Tensor:

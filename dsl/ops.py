@@ -299,8 +299,22 @@ def _reduce_eval(fn):
         axis = n.inputs[0].axes.index(n.attr("axis"))
         if fn is np.sum and not n.dtype.is_float:   # wraps as the kernels' int32 adds do
             return fn(a, axis=axis, dtype=n.dtype.numpy)
+        if fn in (np.max, np.min) and np.shape(a)[axis] == 0:
+            # an empty axis gives the identity (torch refuses here; numpy too)
+            return fn(a, axis=axis, initial=_extreme_identity(fn, n.dtype))
         return fn(a, axis=axis)
     return evaluate
+
+
+def _extreme_identity(fn, dtype):
+    """max of nothing: -inf for floats, the dtype's least for ints, False for bool."""
+    lowest = fn is np.max
+    if dtype.is_float:
+        return -np.inf if lowest else np.inf
+    if dtype.numpy == np.bool_:
+        return not lowest
+    info = np.iinfo(dtype.numpy)
+    return info.min if lowest else info.max
 
 
 def _sum_vjp(n, g, y, x):

@@ -45,9 +45,6 @@ def bind_sizes(graph: AlgorithmGraph, shapes: dict[str, tuple[int, ...]]) -> dic
                                  f"{where_from[axis]!r} but {extent} in {p.name!r}")
             sizes.setdefault(axis, int(extent))
             where_from.setdefault(axis, p.name)
-    for axis, extent in sizes.items():
-        if extent <= 0:
-            raise PlaitError(f"{graph.name}: axis {axis} has extent {extent}; plait needs >= 1")
     for n in graph.nodes:        # a kernel would clamp an uncovered position: refuse it
         if n.op == "blocked":
             for coarse, fine in n.attr("blocks"):

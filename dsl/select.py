@@ -35,6 +35,9 @@ from .tensor import Tensor, _over, cast, new_node, reduce
 def _select_eval(fn):
     def evaluate(n, ctx, a):
         axis = n.inputs[0].axes.index(n.attr("axis"))
+        if np.shape(a)[axis] == 0:
+            raise PlaitError(f"{n.op}(..., over={n.attr('axis')!r}): the axis is empty, so "
+                             "there is no position to return (torch refuses it too)", n.loc)
         # numpy's argmax/argmin take the first NaN, as torch's do, and the first tie
         return np.asarray(fn(np.asarray(a), axis=axis), np.int32)
     return evaluate

@@ -21,6 +21,7 @@ from plait.schedule.model import Schedule
 from plait.schedule.validate import validate
 
 from .cpu import emulate as emulator
+from .graph.empty_axes import empty_axes, host_outputs
 from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
 from .graph.footprint import large_temporaries
@@ -168,6 +169,11 @@ def entry_name(kernel_name: str) -> str:
 def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
                     aligned: bool, target: str, multiprocessors: int | None = None) -> Program:
     """Stages 2-6: the PTX of every kernel, ready for the runtime."""
+    empty = empty_axes(sizes)
+    if empty:
+        raise PlaitError(f"{graph.name}: axis {empty[0]} is empty (extent 0): there is no "
+                         "kernel to compile; plait.run and plait.compile handles give such "
+                         "calls' outputs without launching one")
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
     for t, tile in zip(low.threads, low.tiles):
@@ -214,7 +220,10 @@ def _simt_ptx(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligne
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
             inputs: dict[str, np.ndarray], scalars: dict[str, float],
             target: str = DEFAULT_TARGET) -> dict[str, np.ndarray]:
-    """Run the lowered programs (as compiled for `target`) on the CPU; outputs by name."""
+    """Run the lowered programs (as compiled for `target`) on the CPU; outputs by name.
+    With an empty axis no kernel runs (lowering/graph/empty_axes.py says why)."""
+    if empty_axes(sizes):
+        return host_outputs(graph, schedule, inputs, scalars)
     low = lower(graph, schedule, sizes, True, target)
     arrays: dict[str, np.ndarray] = {}
     for b in low.kernel_graph.buffers:

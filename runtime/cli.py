@@ -9,7 +9,9 @@
 `run` makes seeded random inputs, runs the algorithm and checks it against the
 float64 reference on the same (rounded) inputs; its last line is
 `ok max_rel_err=<e> time_ms=<t>` (exit 0) or `FAIL <why>` (exit 1). NaN and inf must
-sit where the reference has them; where they do, a `note:` line before the last says so.
+sit where the reference has them; where they do, a `note:` line before the last says so,
+and where they do not, a `where:` line before the FAIL gives their count and the first.
+An axis of size 0 (`--shape N=0`) runs no kernel: see lowering/graph/empty_axes.py.
 """
 from __future__ import annotations
 
@@ -117,8 +119,8 @@ def _sizes(algo, text: str, device: str) -> dict[str, int]:
             sizes[axis] = int(value)
         except ValueError:
             raise PlaitError(f"--shape: {axis}={value} is not an integer") from None
-        if sizes[axis] < 1:
-            raise PlaitError(f"--shape: {axis}={value} must be a positive integer")
+        if sizes[axis] < 0:        # 0 is an empty axis: the host gives the outputs
+            raise PlaitError(f"--shape: {axis}={value} must be a non-negative integer")
     return sizes
 
 
@@ -183,7 +185,8 @@ def cmd_run(args) -> int:
     from plait.dsl.reference import evaluate
 
     from . import api
-    from .tolerance import max_rel_err, nonfinite_note, tolerance
+    import numpy as np
+    from .tolerance import max_rel_err, nonfinite_mismatch, nonfinite_note, tolerance
     _check_target(args.target)
     if args.seed < 0:                 # numpy's generator takes no negative seed
         raise PlaitError(f"--seed: {args.seed} must be a non-negative integer")
@@ -210,7 +213,8 @@ def cmd_run(args) -> int:
         result = once()
         elapsed = time.perf_counter() - start
     outputs = _as_dict(list(graph.outputs), result)
-    reference = evaluate(graph, {**inputs, **scalars})
+    with np.errstate(all="ignore"):     # a 0/0 of the algorithm's is a NaN to compare
+        reference = evaluate(graph, {**inputs, **scalars})
     used = list(dtypes.values()) + [dtype_of(o.dtype) for o in outputs.values()]
     if schedule is not None and schedule.dtypes.compute is not None:
         used.append(schedule.dtypes.compute)
@@ -224,6 +228,10 @@ def cmd_run(args) -> int:
         print(line)
     if not worst <= tol:   # also catches NaN
         bad = ", ".join(f"{n}={e:.3g}" for n, e in errors.items())
+        for name in graph.outputs:    # NaN or inf where the reference differs: say where
+            where = nonfinite_mismatch(name, outputs[name], reference[name])
+            if where:
+                print(f"where: {where}")
         print(f"FAIL max_rel_err={worst:.3g} > tolerance {tol:g} ({bad})")
         return 1
     for name in graph.outputs:    # agreeing NaN or inf: say so, nothing was compared there

@@ -15,7 +15,11 @@ def kernel_paths(graph, schedule, sizes: dict[str, int], aligned: bool, target: 
     """One line per kernel: 'kernel K: tensor cores (wgmma)' or 'kernel K: generic (why)'.
     Read off the lowering (kernel graph and thread programs); the PTX is not touched."""
     from plait.lowering import pipeline
+    from plait.lowering.graph.empty_axes import empty_axes
     from plait.lowering.gemm.plan import GemmProgram
+    empty = empty_axes(sizes)
+    if empty:
+        return [f"no kernel: axis {empty[0]} is empty, the host gives the outputs"]
     low = pipeline.lower(graph, schedule, sizes, aligned, target)
     why_not = dict(low.kernel_graph.generic)
     contraction = {p.name: p.contraction for p in low.kernel_graph.kernels}

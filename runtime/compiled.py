@@ -88,7 +88,9 @@ class Compiled(TorchPath):
         self._torch_fast = False
         self.program = None
         self.aligned = all(info.aligned or not info.on_device for info in infos.values())
-        if self.gpu:
+        # an empty axis: no kernel, the host gives the outputs (lowering/graph/empty_axes.py)
+        self._empty = any(extent == 0 for extent in self.sizes.values())
+        if self.gpu and not self._empty:
             self._prepare_gpu(api, infos)
 
     # ------------------------------------------------------------ building
@@ -224,7 +226,7 @@ class Compiled(TorchPath):
                 self._check(values)       # raises, naming the argument
             return self._launch_torch(values, scalars)
         self._check(values)
-        if not self.gpu:
+        if not self.gpu or self._empty:
             return self._run_cpu(values, scalars)
         with self._lock:
             return self._run_other(values, scalars)

@@ -57,3 +57,20 @@ def nonfinite_note(name: str, out) -> str | None:
         return f"note: {name} is NaN everywhere, as is the reference: no value was compared"
     return (f"note: {name} has {nan} NaN and {inf} inf of {out.size} values, where the "
             "reference has them")
+
+
+def nonfinite_mismatch(name: str, out, ref) -> str | None:
+    """Where `out` is NaN or inf and `ref` is not the same (or the reverse): how many
+    such values and the first one, e.g. 'out: 3 of 185 values disagree in NaN/inf with
+    the reference, first at [2, 7]: nan where the reference has 0.413'; None if none."""
+    out = np.asarray(out).astype(np.float64)
+    ref = np.asarray(ref).astype(np.float64)
+    same = (out == ref) | (np.isnan(out) & np.isnan(ref))
+    bad = ~same & ~(np.isfinite(out) & np.isfinite(ref))
+    count = int(bad.sum())
+    if not count:
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"{name}: {count} of {out.size} values disagree in NaN/inf with the reference, "
+            f"first at {list(first)}: {out[first]:.6g} where the reference has "
+            f"{ref[first]:.6g}")

@@ -96,3 +96,40 @@ def test_a_finite_result_where_the_reference_is_nan_fails(tempered_file, monkeyp
     assert cli.main(["run", tempered_file, "--device", "cpu", "--shape", "M=3,N=9",
                      "--scalar", "temperature=0"]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAIL max_rel_err=inf")
+
+
+def test_a_nan_where_the_reference_is_finite_fails_and_says_where(tempered_file, monkeypatch,
+                                                                  capsys):
+    """An all-NaN result used to read `ok max_rel_err=0`: it fails, with the count of the
+    values that disagree and the first of them."""
+    real = pipeline.emulate
+    rng = np.random.default_rng()
+    M, N = int(rng.integers(3, 9)), int(rng.integers(5, 40))
+    poisoned = {}
+
+    def with_nan(*args, **kwargs):
+        out = {k: v.copy() for k, v in real(*args, **kwargs).items()}
+        flat = out["out"].reshape(-1)
+        picks = np.sort(rng.choice(flat.size, size=3, replace=False))
+        flat[picks] = np.nan
+        poisoned["first"] = np.unravel_index(picks[0], out["out"].shape)
+        return out
+    monkeypatch.setattr(pipeline, "emulate", with_nan)
+    assert cli.main(["run", tempered_file, "--device", "cpu", "--shape", f"M={M},N={N}"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    first = [int(i) for i in poisoned["first"]]
+    assert lines[-2].startswith(f"where: out: 3 of {M * N} values disagree in NaN/inf with "
+                                f"the reference, first at {first}: nan where"), lines
+    assert lines[-1].startswith("FAIL max_rel_err=inf")
+
+
+def test_every_value_nan_fails(tempered_file, monkeypatch, capsys):
+    real = pipeline.emulate
+
+    def all_nan(*args, **kwargs):
+        return {k: np.full_like(v, np.nan) for k, v in real(*args, **kwargs).items()}
+    monkeypatch.setattr(pipeline, "emulate", all_nan)
+    assert cli.main(["run", tempered_file, "--device", "cpu", "--shape", "M=4,N=37"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("where: out: 148 of 148 values disagree"), lines
+    assert lines[-1].startswith("FAIL max_rel_err=inf")
