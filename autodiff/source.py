@@ -35,7 +35,7 @@ _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11)
           "bitwise_xor": ("^", 7), "bitwise_or": ("|", 6)}
 _CALL = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sin",
          "cos", "logical_not", "stop_gradient", "maximum", "minimum", "logical_and",
-         "logical_or", "where"}
+         "logical_or", "where", "philox"}
 _ATOM, _UNARY = 100, 12
 _MAX_INLINE = 72  # longer single-use expressions get a line of their own
 

@@ -12,6 +12,8 @@ import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.integers import INTEGER_OPS
 from plait.dsl.node import OPS, reductions
 
+from .philox import philox_word0
+
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
 LN2 = F32(0.6931471805599453)
@@ -81,6 +83,7 @@ BINARY = {
     # Integer ops are exact: the kernels compute what the reference defines (a zero
     # divisor, shift counts out of range), so both run the one definition.
     **INTEGER_OPS,
+    "philox": philox_word0,          # a 32-bit implementation apart from the reference's
 }
 
 # The elementwise op that folds two partials of each reduction (nvptx.ops emits these),

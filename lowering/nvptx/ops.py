@@ -12,7 +12,7 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from ..cpu import mathfns
-from . import integer
+from . import integer, philox
 
 F32 = ir.FloatType()
 F16 = ir.HalfType()
@@ -137,6 +137,8 @@ def binary(b: ir.IRBuilder, intr: Intrinsics, op: str, x, y):
     is_f = x.type == F32
     if op in integer.OPS:
         return integer.binary(b, op, x, y)
+    if op == "philox":
+        return philox.word0(b, x, y)
     if op in _FCMP:
         if is_f:
             return b.fcmp_unordered("!=", x, y) if op == "ne" else b.fcmp_ordered(_FCMP[op], x, y)
