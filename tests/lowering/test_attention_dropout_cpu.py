@@ -78,3 +78,28 @@ def test_streamed_attention_with_dropout_matches_float64(algo, sizes, dtype):
         "bhsd,bhtd->bhst", q.astype(np.float64), k.astype(np.float64)) * 0.125),
         v.astype(np.float64))
     assert np.abs(unmasked - ref).max() > 20 * step * max(1.0, np.abs(ref).max())
+
+
+def test_the_backward_of_dropout_on_p_regenerates_the_mask_and_matches_float64():
+    """dq, dk, dv of attention_dropout (streamed dq and dk/dv kernels, each regenerating
+    the mask at its (b, h, s, t) counters) against the float64 chain rule."""
+    from plait.autodiff import grad
+    sizes = {"B": 1, "H": 2, "S": 37, "T": 70, "D": 32, "E": 24}
+    rng = np.random.default_rng()
+    q, k, v, do = (rng.standard_normal(shape).astype(ml_dtypes.bfloat16) for shape in
+                   ((1, 2, 37, 32), (1, 2, 70, 32), (1, 2, 70, 24), (1, 2, 37, 24)))
+    graph = grad(attention_dropout, wrt=["q", "k", "v"]).graph(
+        {n: DType.BF16 for n in ("q", "k", "v", "dout")})
+    got = emulate(graph, None, sizes, {"q": q, "k": k, "v": v, "dout": do},
+                  {"seed": 5, "scale": 0.125}, "sm_90a")
+    Q, K, V, DO = (a.astype(np.float64) for a in (q, k, v, do))
+    s = np.einsum("bhsd,bhtd->bhst", Q, K) * 0.125
+    p, scale = _softmax(s), keep_want(s.shape, 0.2, 5, 3) / 0.8
+    dp = np.einsum("bhse,bhte->bhst", DO, V) * scale
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    want = {"dq": np.einsum("bhst,bhtd->bhsd", ds, K) * 0.125,
+            "dk": np.einsum("bhst,bhsd->bhtd", ds, Q) * 0.125,
+            "dv": np.einsum("bhst,bhse->bhte", p * scale, DO)}
+    for name, w in want.items():
+        err = np.abs(np.asarray(got[name], np.float64) - w).max()
+        assert err < 4 * 2.0 ** -8 * max(1.0, np.abs(w).max()), (name, err)
