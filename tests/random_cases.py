@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from plait.dsl import Tensor, algorithm, dropout, mean, permute, rand, rsqrt
+from plait.dsl import Tensor, algorithm, dropout, mean, permute, rand, rsqrt, softmax, sum, where
 
 MASK32 = 0xFFFFFFFF
 
@@ -115,3 +115,18 @@ def assert_dropout_close(got, want, x, rtol):
     assert not np.any(np.asarray(x)[dropped] == 0), "x must have no zeros"
     np.testing.assert_array_equal(got == 0, dropped)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=0)
+
+
+@algorithm
+def attention_dropout(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                      v: Tensor["B", "H", "T", "E"], seed: int = 0, scale: float = 0.125):
+    s = sum(q * k, over="D") * scale
+    return sum(dropout(softmax(s, over="T"), 0.2, seed, offset=3) * v, over="T")
+
+
+@algorithm
+def score_dropout(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
+                  v: Tensor["B", "H", "T", "E"], seed: int = 0, scale: float = 0.125):
+    s = sum(q * k, over="D") * scale
+    s = where(rand(seed, over=("B", "H", "S", "T")) >= 0.1, s, float("-inf"))
+    return sum(softmax(s, over="T") * v, over="T")

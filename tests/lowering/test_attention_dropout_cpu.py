@@ -13,25 +13,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from plait.dsl import DType, Tensor, algorithm, dropout, rand, softmax, sum, where
+from plait.dsl import DType
 from plait.lowering.pipeline import emulate, lower
 from plait.lowering.stream.plan import StreamKernel
-from random_cases import keep_want
-
-
-@algorithm
-def attention_dropout(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
-                      v: Tensor["B", "H", "T", "E"], seed: int = 0, scale: float = 0.125):
-    s = sum(q * k, over="D") * scale
-    return sum(dropout(softmax(s, over="T"), 0.2, seed, offset=3) * v, over="T")
-
-
-@algorithm
-def score_dropout(q: Tensor["B", "H", "S", "D"], k: Tensor["B", "H", "T", "D"],
-                  v: Tensor["B", "H", "T", "E"], seed: int = 0, scale: float = 0.125):
-    s = sum(q * k, over="D") * scale
-    s = where(rand(seed, over=("B", "H", "S", "T")) >= 0.1, s, float("-inf"))
-    return sum(softmax(s, over="T") * v, over="T")
+from random_cases import attention_dropout, keep_want, score_dropout
 
 
 def _softmax(s):
