@@ -114,8 +114,8 @@ class Algorithm:
 
 def _name_outputs(result, algo: Algorithm) -> dict[str, Node]:
     if isinstance(result, Tensor):
-        return {"out": result.node}
-    if isinstance(result, dict):
+        items = [("out", result)]
+    elif isinstance(result, dict):
         items = list(result.items())
     elif isinstance(result, (tuple, list)):
         items = [(f"out{i}", r) for i, r in enumerate(result)]
@@ -129,6 +129,10 @@ def _name_outputs(result, algo: Algorithm) -> dict[str, Node]:
                              "not a tensor computed from the inputs", algo.loc)
         if not str(name).isidentifier():
             raise PlaitError(f"{algo.name}: output name {name!r} is not an identifier", algo.loc)
+        if str(name) in {p.name for p in algo.params}:
+            # Buffers are named by their tensors: one name would be input and output.
+            raise PlaitError(f"{algo.name}: output {name!r} has the name of a parameter; "
+                             "give the output another name", algo.loc)
         out[str(name)] = value.node
     return out
 

@@ -120,3 +120,20 @@ def test_unsupported_argument_type():
         return x + "one"
     with pytest.raises(PlaitError, match="expected a plait tensor or a Python number"):
         bad.graph()
+
+
+@pytest.mark.parametrize("returns", ["dict", "single"])
+def test_an_output_named_like_a_parameter_is_refused(returns):
+    """Buffers are named by their tensors: an output called `x` beside an input `x` was
+    one buffer for both, and the CPU executor gave NaN (its poisoned output)."""
+    if returns == "dict":
+        @algorithm
+        def triple(x: Tensor["M", "N"]):
+            return {"x": x * 3.0}
+    else:
+        @algorithm
+        def triple(out: Tensor["M", "N"]):
+            return out * 3.0
+    with pytest.raises(PlaitError, match="has the name of a parameter") as info:
+        triple.graph({})
+    assert "test_language.py" in str(info.value)
