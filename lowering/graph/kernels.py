@@ -34,6 +34,7 @@ from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
+from .scan_schedule import refuse_split_scans
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)
@@ -210,6 +211,7 @@ class _Planner:
                                               self._itemsize(nodes), self.threads_per_sm)
         ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
+        refuse_split_scans(self.schedule, name, nodes, gridded, self.sizes)
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))

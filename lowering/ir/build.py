@@ -10,6 +10,7 @@ that walk as a `for` too, its reductions over the axis carried through it.
 from __future__ import annotations
 
 from plait.dsl.dtypes import DType
+from plait.dsl.scan import is_scan
 from plait.dsl.select import is_pair
 
 from ..gemm.plan import GemmProgram
@@ -96,6 +97,8 @@ def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
         value[op.id] = _pair_reduce(b, op, args, layouts, attrs)
     elif op.op in REDUCE_OPS:
         value[op.id] = b.emit("reduce", args, _type(op, layouts), combine=op.op, **attrs)
+    elif is_scan(op.op):           # keeps its axis: a scan along it, one block per row
+        value[op.id] = b.emit("scan", args, _type(op, layouts), combine=op.op, **attrs)
     elif op.op in ("store", "atomic_add", "scatter_add", "barrier"):
         b.op(op.op, args, None, **attrs)
     else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
+from plait.dsl.scan import is_scan
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
@@ -226,6 +227,9 @@ class _Builder:
             value = register_dtype(n.inputs[0].dtype) if is_pair(n.op) else None
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"), value=value,
                              partial=n.attr("partial"), round=self._round_for(n))
+        if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
+            return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
+                             reverse=n.attr("reverse"), round=self._round_for(n))
         if n.op == "cast":
             src = n.inputs[0].dtype
             if not n.dtype.is_float or not src.is_float:
