@@ -44,8 +44,9 @@ SCANS = {
 
 
 def is_scan(op: str) -> bool:
-    """Whether `op` is a scan (its result keeps the scanned axis): every level asks this."""
-    return op in SCANS
+    """Whether `op` is a scan (its result keeps the scanned axis): every level asks this.
+    `scan` is the generic one, a part of a tuple state (dsl/scan_generic.py)."""
+    return op in SCANS or op == "scan"
 
 
 def _scan_eval(ufunc):

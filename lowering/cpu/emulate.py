@@ -210,9 +210,11 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if pair_step(op):
         return _pair_step(m, op, args)
     if kind == "scan_local":
-        return scan.scan_local(m, op, args[0], _NP)
+        return scan.scan_local(m, op, args, _step, _NP)
     if kind == "scan_block":
-        return _rounded(scan.scan_block(m, op, args[0]), op)
+        return scan.scan_block(m, op, args[0], _step, _NP)
+    if kind == "scan_part":
+        return _rounded(args[0][op.attr("index")], op)
     if kind == "reduce_local":
         return _reduce_local(m, op, args[0])
     if kind == "reduce_shfl":

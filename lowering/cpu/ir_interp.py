@@ -27,6 +27,7 @@ from plait.dsl.errors import PlaitError
 from . import mathfns
 from .emulate import _NP
 from .gather import add_at
+from .scan import Combine
 from .scan import combine_fn as scan_combine
 from .scan import scan_identity
 from .emulate import _step as elementwise_step
@@ -140,7 +141,7 @@ def _op(f: Frame, op: Op, args: list):
     if kind == "reduce":
         return _reduce(f, op, args[0], t)
     if kind == "scan":
-        return _scan(f, op, args[0], t)
+        return _scan(f, op, args, t)
     if kind == "iota":
         return np.asarray(f.index(op.attr("axis")), np.int32)
     if kind == "size":
@@ -263,9 +264,13 @@ def _reduce(f: Frame, op: Op, value: np.ndarray, t) -> np.ndarray:
     return _rounded(out.astype(dtype), op)
 
 
-def _scan(f: Frame, op: Op, value: np.ndarray, t) -> np.ndarray:
+def _scan(f: Frame, op: Op, args: list, t):
     """An inclusive scan along its axis (the other way with `reverse`); positions past
-    the end hold the identity, so they change no prefix."""
+    the end hold the identity, so they change no prefix. A generic scan's state (a
+    program for a combine) is folded position by position; its parts are its results."""
+    if not isinstance(op.attr("combine"), str):
+        return _state_scan(f, op, args)
+    value = args[0]
     kind, d = op.attr("combine"), f.dim(op.attr("axis"))
     dtype = _NP[t.dtype]
     inside = f.inside((op.attr("axis"),))
@@ -277,6 +282,23 @@ def _scan(f: Frame, op: Op, value: np.ndarray, t) -> np.ndarray:
     with np.errstate(all="ignore"):
         out = fn.accumulate(value, axis=d, dtype=dtype)
     return _rounded((np.flip(out, d) if flip else out).astype(dtype), op)
+
+
+def _state_scan(f: Frame, op: Op, args: list):
+    fn = Combine(op, elementwise_step, _NP)
+    d = f.dim(op.attr("axis"))
+    inside = f.inside((op.attr("axis"),))
+    shape = np.broadcast_shapes(inside.shape, *(a.shape for a in args))
+    state = [np.broadcast_to(a, shape).astype(t) for a, t in zip(args, fn.types)]
+    out = [np.empty(shape, t) for t in fn.types]
+    steps = range(shape[d])
+    acc = None
+    for i in (reversed(steps) if op.attr("reverse") else steps):
+        x = tuple(np.take(s, [i], axis=d) for s in state)
+        acc = x if acc is None else fn(acc, x)
+        for o, a in zip(out, acc):
+            o[(slice(None),) * d + (slice(i, i + 1),)] = a
+    return tuple(out) if len(out) > 1 else out[0]
 
 
 def _pair_reduce(f: Frame, op: Op, args: list) -> tuple:

@@ -11,33 +11,54 @@ from __future__ import annotations
 
 import numpy as np
 
+from plait.dsl.dtypes import DType
 from plait.dsl.node import OPS
 
 from . import mathfns
+from ..tileir.scan_combine import scan_identity_value
 
 _TR, _TC, _RR, _RC, _V = 1, 2, 3, 4, 5
+_DTYPE = {np.dtype(np.float32): DType.FP32, np.dtype(np.int32): DType.INT32,
+          np.dtype(np.int64): DType.INT64, np.dtype(np.bool_): DType.BOOL}
 
 
 def scan_identity(kind: str, dtype) -> np.generic:
-    """What an element outside the tensor contributes to scan `kind` in register dtype
-    `dtype`: 0, 1, or the lowest / highest value (an integer has no infinity)."""
-    dtype = np.dtype(dtype)
-    identity = OPS[kind].identity
-    if identity == "one":
-        return dtype.type(1)
-    if identity == "zero":
-        return dtype.type(0)
-    if dtype == np.bool_:
-        return np.bool_(identity == "highest")
-    if dtype.kind == "f":
-        return dtype.type(-np.inf if identity == "lowest" else np.inf)
-    info = np.iinfo(dtype)
-    return dtype.type(info.min if identity == "lowest" else info.max)
+    """What an element outside the tensor contributes to named scan `kind` in register
+    dtype `dtype` (np.float32, np.int32, ...): 0, 1, or the lowest / highest value."""
+    return np.dtype(dtype).type(scan_identity_value(kind, _DTYPE[np.dtype(dtype)]))
 
 
 def combine_fn(kind: str):
-    """The numpy fold of two partials of scan `kind` (the op table's combine)."""
+    """The numpy fold of two partials of named scan `kind` (the op table's combine)."""
     return mathfns.BINARY[OPS[kind].combine]
+
+
+class Combine:
+    """A scan step's combine on tuple states (one array per part), run op by op through
+    `step`, the thread executor's rule for one op (emulate._step). Called as
+    fn(earlier, later) in scan order: a reverse scan combines (later, earlier), since
+    its result is x_t o ... o x_last."""
+
+    def __init__(self, op, step, np_types):
+        self.program, self.results = op.attr("combine"), op.attr("results")
+        self.types = [np_types[d] for d in op.attr("dtypes")]
+        self.identity = tuple(np.asarray(v).astype(t)
+                              for v, t in zip(op.attr("init"), self.types))
+        self.step = step
+        self.reverse = bool(op.attr("reverse"))
+
+    def __call__(self, left: tuple, right: tuple) -> tuple:
+        if self.reverse:
+            left, right = right, left
+        values = {}
+        with np.errstate(all="ignore"):
+            for c in self.program:
+                if c.op == "scan_arg":
+                    values[c.id] = (left + right)[c.attr("index")]
+                else:
+                    values[c.id] = self.step(None, c, [values[a] for a in c.args], {}, {})
+        return tuple(np.asarray(values[r]).astype(t) for r, t in zip(self.results,
+                                                                      self.types))
 
 
 def _dims(m, op):
@@ -47,86 +68,87 @@ def _dims(m, op):
     return lay.col, _TC, _RC, _V
 
 
-def _full(m, op, value, np_types):
-    """value in the register dtype, broadcast along every held dim of the axis."""
-    shape = np.broadcast_shapes(np.shape(value), np.shape(m.index(op.attr("axis"))))
-    return np.broadcast_to(value, shape).astype(np_types[op.dtype])
+def _take(state, dim, index):
+    return tuple(np.take(s, index, axis=dim) for s in state)
 
 
-def scan_local(m, op, value, np_types):
-    """Elements outside the tensor made the identity; an inclusive scan along V."""
-    kind, axis = op.attr("op"), op.attr("axis")
-    value = _full(m, op, value, np_types)
-    ident = scan_identity(kind, value.dtype)
-    value = np.where(m.in_bounds((axis,)), value, ident).astype(value.dtype)
+def _where(mask, a: tuple, b: tuple) -> tuple:
+    return tuple(np.where(mask, x, y) for x, y in zip(a, b))
+
+
+def scan_local(m, op, values, step, np_types):
+    """Each part in its register dtype over the axis's held positions, those outside the
+    tensor the identity; an inclusive scan along V."""
+    fn = Combine(op, step, np_types)
+    axis = op.attr("axis")
+    inside = m.in_bounds((axis,))
+    shape = np.broadcast_shapes(inside.shape, *(np.shape(v) for v in values))
+    state = tuple(np.where(inside, np.broadcast_to(v, shape).astype(t), i).astype(t)
+                  for v, t, i in zip(values, fn.types, fn.identity))
     _, _, _, vdim = _dims(m, op)
-    if vdim is None or value.shape[vdim] == 1:
-        return value
-    fn = combine_fn(kind)
-    order = range(value.shape[vdim])
-    order = reversed(order) if op.attr("reverse") else order
-    out, acc = np.empty_like(value), None
-    with np.errstate(all="ignore"):
-        for v in order:
-            x = np.take(value, [v], axis=vdim)
-            acc = x if acc is None else fn(acc, x).astype(value.dtype)
-            idx = [slice(None)] * value.ndim
+    if vdim is None or shape[vdim] == 1:
+        return state
+    order = list(range(shape[vdim]))
+    order = order[::-1] if op.attr("reverse") else order
+    out = [np.empty_like(s) for s in state]
+    acc = None
+    for v in order:
+        x = _take(state, vdim, [v])
+        acc = x if acc is None else fn(acc, x)
+        for o, a in zip(out, acc):
+            idx = [slice(None)] * o.ndim
             idx[vdim] = slice(v, v + 1)
-            out[tuple(idx)] = acc
-    return out
+            o[tuple(idx)] = a
+    return tuple(out)
 
 
-def _at(a, dim, i):
-    return np.take(a, [i], axis=dim)
-
-
-def scan_block(m, op, local):
-    """The block-wide inclusive scan of `local` along the axis (see the module doc)."""
-    kind, rev = op.attr("op"), bool(op.attr("reverse"))
+def scan_block(m, op, local, step, np_types):
+    """The block-wide inclusive scan of the state `local` along the axis (module doc)."""
+    fn = Combine(op, step, np_types)
+    rev = bool(op.attr("reverse"))
     amap, tdim, rdim, vdim = _dims(m, op)
-    fn = combine_fn(kind)
-    dtype = local.dtype
-    ident = scan_identity(kind, dtype)
-    threads, reps = local.shape[tdim], local.shape[rdim]
+    ident = fn.identity
+    threads, reps = local[0].shape[tdim], local[0].shape[rdim]
     lanes = 1 << len(op.attr("lanes"))
     lane = np.arange(threads)
     in_warp, warp = lane % lanes, lane // lanes
     warps = amap.threads // lanes
-    shape = [1] * local.ndim
+    shape = [1] * local[0].ndim
     shape[tdim] = threads
-    out = np.empty_like(local)
+    out = [np.empty_like(s) for s in local]
     carry = None
-    with np.errstate(all="ignore"):
-        for r in (reversed(range(reps)) if rev else range(reps)):
-            chunk = _at(local, rdim, r)
-            last = (0 if rev else chunk.shape[vdim] - 1) if vdim is not None else None
-            total = chunk if vdim is None else _at(chunk, vdim, last)
-            inclusive = total
-            for d in (1 << k for k in range(len(op.attr("lanes")))):
-                partner = lane + d if rev else lane - d
-                ok = (in_warp + d < lanes) & (partner < threads) if rev else in_warp >= d
-                other = np.take(inclusive, np.clip(partner, 0, threads - 1), axis=tdim)
-                inclusive = np.where(ok.reshape(shape), fn(other, inclusive), inclusive)
-            partner = lane + 1 if rev else lane - 1
-            ok = (in_warp + 1 < lanes) & (partner < threads) if rev else in_warp >= 1
-            exclusive = np.where(ok.reshape(shape), np.take(
-                inclusive, np.clip(partner, 0, threads - 1), axis=tdim), ident)
-            # warp w's total: its first lane's inclusive value (reverse) or its last
-            # held lane's (identities past the held threads change nothing)
-            before, block_total = np.full_like(exclusive, ident), None
-            for u in range(warps):
-                if u * lanes >= threads:
-                    break
-                src = u * lanes if rev else min(u * lanes + lanes - 1, threads - 1)
-                val = _at(inclusive, tdim, src)
-                block_total = val if block_total is None else fn(block_total, val)
-                earlier = (warp < u) if rev else (warp > u)
-                before = np.where(earlier.reshape(shape), fn(before, val), before)
-            prefix = fn(before, exclusive)
-            if carry is not None:
-                prefix = fn(carry, prefix)
-            out_idx = [slice(None)] * local.ndim
-            out_idx[rdim] = slice(r, r + 1)
-            out[tuple(out_idx)] = fn(prefix, chunk).astype(dtype)
-            carry = block_total if carry is None else fn(carry, block_total)
-    return out
+    for r in (reversed(range(reps)) if rev else range(reps)):
+        chunk = _take(local, rdim, [r])
+        last = (0 if rev else chunk[0].shape[vdim] - 1) if vdim is not None else None
+        inclusive = chunk if vdim is None else _take(chunk, vdim, [last])
+        for d in (1 << k for k in range(len(op.attr("lanes")))):
+            partner = lane + d if rev else lane - d
+            ok = (in_warp + d < lanes) & (partner < threads) if rev else in_warp >= d
+            other = _take(inclusive, tdim, np.clip(partner, 0, threads - 1))
+            inclusive = _where(ok.reshape(shape), fn(other, inclusive), inclusive)
+        partner = lane + 1 if rev else lane - 1
+        ok = (in_warp + 1 < lanes) & (partner < threads) if rev else in_warp >= 1
+        exclusive = _where(ok.reshape(shape), _take(
+            inclusive, tdim, np.clip(partner, 0, threads - 1)), ident)
+        # warp u's total: its first lane's inclusive value (reverse) or its last held
+        # lane's (identities past the held threads change nothing)
+        before, block_total = tuple(np.broadcast_to(i, e.shape) for i, e in
+                                    zip(ident, exclusive)), None
+        for u in (reversed(range(warps)) if rev else range(warps)):   # scan order
+            if u * lanes >= threads:
+                continue
+            src = u * lanes if rev else min(u * lanes + lanes - 1, threads - 1)
+            val = _take(inclusive, tdim, [src])
+            block_total = val if block_total is None else fn(block_total, val)
+            earlier = (warp < u) if rev else (warp > u)
+            before = _where(earlier.reshape(shape), fn(before, val), before)
+        prefix = fn(before, exclusive)
+        if carry is not None:
+            prefix = fn(carry, prefix)
+        done = fn(prefix, chunk)
+        for o, d in zip(out, done):
+            idx = [slice(None)] * o.ndim
+            idx[rdim] = slice(r, r + 1)
+            o[tuple(idx)] = np.broadcast_to(d, o[tuple(idx)].shape)
+        carry = block_total if carry is None else fn(carry, block_total)
+    return tuple(out)

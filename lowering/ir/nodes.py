@@ -109,7 +109,7 @@ STRUCTURAL = {
     "const": (0, 1), "param": (0, 1), "size": (0, 1), "iota": (0, 1),
     "load": (None, 1), "store": (1, 0), "atomic_add": (1, 0), "scatter_add": (2, 0),
     "convert": (1, 1), "round": (1, 1), "convert_layout": (1, 1),
-    "reduce": (None, None), "dot": (None, 1), "for": (None, None), "yield": (None, 0),
+    "reduce": (None, None), "scan": (None, None), "dot": (None, 1), "for": (None, None), "yield": (None, 0),
 }
 
 

@@ -291,7 +291,7 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
             return None
         if pair_step(op):                  # argmax's (value, index) state
             return self._pair_op(op, args)
-        if kind in ("scan_local", "scan_block"):
+        if kind in ("scan_local", "scan_block", "scan_part"):
             return self._scan_op(op, args)
         if kind == "smem_put":
             self._smem_put(op, args[0])

@@ -14,41 +14,78 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from plait.dsl.node import OPS
-
-from ..cpu.scan import scan_identity
 from . import ops as L
 from ..tileir.scan import smem_words_of
+
+
+def _get(state: tuple, idx) -> tuple:
+    """Element idx of a state held as one fragment (object array) per part."""
+    return tuple(part[idx] for part in state)
+
+
+def _put(state: tuple, idx, values: tuple) -> None:
+    for part, value in zip(state, values):
+        part[idx] = value
 
 
 class ScanEmitter:
     def _scan_op(self, op, args):
         if op.op == "scan_local":
-            return self._scan_local(op, args[0])
-        return self._rounded(op, self._scan_block(op, args[0]))
+            return self._scan_local(op, args)
+        if op.op == "scan_part":
+            return self._rounded(op, args[0][op.attr("index")])   # a fragment per part
+        return self._scan_block(op, args[0])
 
-    def _scan_ident(self, op):
-        value = scan_identity(op.attr("op"), op.dtype.numpy).item()
-        return ir.Constant(L.REGISTER[op.dtype], value)
+    def _scan_parts(self, op):
+        """(register dtypes, identities as LLVM constants) of the state's parts."""
+        dtypes = op.attr("dtypes")
+        return dtypes, tuple(ir.Constant(L.REGISTER[d], v) for d, v in
+                             zip(dtypes, op.attr("init")))
 
-    def _scan_combine(self, op, x, y):
-        return L.binary(self.b, self.intr, OPS[op.attr("op")].combine, x, y)
+    def _scan_combine(self, op, earlier: tuple, later: tuple) -> tuple:
+        """The combine program on two states, in scan order (a reverse scan's result is
+        x_t o ... o x_last: its later state goes on the left)."""
+        b = self.b
+        left, right = (later, earlier) if op.attr("reverse") else (earlier, later)
+        values = {}
+        for c in op.attr("combine"):
+            args = [values[a] for a in c.args]
+            if c.op == "scan_arg":
+                values[c.id] = (left + right)[c.attr("index")]
+            elif c.op == "const":
+                value = c.attr("value")
+                values[c.id] = L.f32(value) if c.dtype.is_float else \
+                    ir.Constant(L.REGISTER[c.dtype], int(value))
+            elif c.op == "convert":
+                values[c.id] = L.convert(b, args[0], c.dtype)
+            elif c.op == "where":
+                values[c.id] = b.select(*args)
+            elif len(args) == 1:
+                values[c.id] = L.unary(b, self.intr, c.op, args[0])
+            else:
+                values[c.id] = L.binary(b, self.intr, c.op, *args)
+        return tuple(values[r] for r in op.attr("results"))
 
-    def _scan_local(self, op, frag):
+    def _select(self, mask, a: tuple, c: tuple) -> tuple:
+        return tuple(self.b.select(mask, x, y) for x, y in zip(a, c))
+
+    def _scan_local(self, op, frags):
         b, axis = self.b, op.attr("axis")
         shape = self.frag_shape(op.axes)
-        full = np.broadcast_to(frag, shape)
-        ident = self._scan_ident(op)
-        out = np.empty(shape, dtype=object)
+        dtypes, ident = self._scan_parts(op)
+        fulls = [np.broadcast_to(f, shape) for f in frags]
+        out = tuple(np.empty(shape, dtype=object) for _ in dtypes)
         for idx in np.ndindex(shape):
-            value = L.convert(b, full[idx], op.dtype)      # as the CPU's astype
-            out[idx] = b.select(self.in_bounds((axis,), *idx), value, ident)
+            inside = self.in_bounds((axis,), *idx)
+            _put(out, idx, tuple(b.select(inside, L.convert(b, f[idx], d), i)  # as astype
+                                 for f, d, i in zip(fulls, dtypes, ident)))
         if self.lay.map_of(axis) is self.lay.col and shape[2] > 1:
             order = range(shape[2])
             order = list(reversed(order)) if op.attr("reverse") else list(order)
             for r, c in np.ndindex(shape[:2]):
                 for prev, v in zip(order, order[1:]):
-                    out[r, c, v] = self._scan_combine(op, out[r, c, prev], out[r, c, v])
+                    _put(out, (r, c, v), self._scan_combine(op, _get(out, (r, c, prev)),
+                                                            _get(out, (r, c, v))))
         return out
 
     def _scan_shuffle(self, x, delta: int, up: bool):
@@ -74,8 +111,8 @@ class ScanEmitter:
         b, axis, rev = self.b, op.attr("axis"), bool(op.attr("reverse"))
         m = self.lay.map_of(axis)
         shape = self.frag_shape(op.axes)
-        local = np.broadcast_to(local, shape)
-        ident = self._scan_ident(op)
+        local = tuple(np.broadcast_to(p, shape) for p in local)
+        dtypes, ident = self._scan_parts(op)
         lane_bits = len(op.attr("lanes"))
         lanes, warps = 1 << lane_bits, m.threads >> lane_bits
         lane = self.thread_index[axis]
@@ -86,59 +123,70 @@ class ScanEmitter:
         mine = b.or_(b.shl(b.lshr(self.tid, L.i32(m.shift + lane_bits)), L.i32(m.shift)), low)
         writer = b.icmp_unsigned("==", in_warp, L.i32(0 if rev else lanes - 1))
         per_thread = self.lay.threads // lanes
-        smem = self._smem_base(op.dtype)
-        first_word = op.attr("slot") // smem_words_of(op.dtype)
         row = m is self.lay.row
         reps = shape[0] if row else shape[1]
-        out = np.empty(shape, dtype=object)
+        # each group: the chunk's elements one thread holds at one other position
+        groups_of = (lambda r: [[(r, c, v)] for c, v in np.ndindex(shape[1:])]) if row else \
+            (lambda r: [[(rr, r, v) for v in range(shape[2])] for rr in range(shape[0])])
+        slots = self._scan_slots(op, dtypes, per_thread, len(groups_of(0)))
+        out = tuple(np.empty(shape, dtype=object) for _ in dtypes)
         carry: dict = {}
         for r in (reversed(range(reps)) if rev else range(reps)):
-            # each group: the chunk's elements one thread holds at one other position
-            if row:
-                groups = [[(r, c, v)] for c, v in np.ndindex(shape[1:])]
-            else:
-                groups = [[(rr, r, v) for v in range(shape[2])] for rr in range(shape[0])]
-            totals = [local[g[0] if rev else g[-1]] for g in groups]
+            groups = groups_of(r)
             inclusive = []
-            for t in totals:
+            for g in groups:
+                t = _get(local, g[0] if rev else g[-1])
                 for d in op.attr("lanes"):
-                    other = self._scan_shuffle(t, d << m.shift, not rev)
+                    other = tuple(self._scan_shuffle(x, d << m.shift, not rev) for x in t)
                     ok = b.icmp_unsigned("<", b.add(in_warp, L.i32(d)), L.i32(lanes)) if rev \
                         else b.icmp_unsigned(">=", in_warp, L.i32(d))
-                    t = b.select(ok, self._scan_combine(op, other, t), t)
+                    t = self._select(ok, self._scan_combine(op, other, t), t)
                 inclusive.append(t)
             exclusive = []
             for t in inclusive:
                 if not lane_bits:
                     exclusive.append(ident)
                     continue
-                other = self._scan_shuffle(t, 1 << m.shift, not rev)
+                other = tuple(self._scan_shuffle(x, 1 << m.shift, not rev) for x in t)
                 ok = b.icmp_unsigned("<", b.add(in_warp, L.i32(1)), L.i32(lanes)) if rev \
                     else b.icmp_unsigned(">=", in_warp, L.i32(1))
-                exclusive.append(b.select(ok, other, ident))
+                exclusive.append(self._select(ok, other, ident))
             self._barrier()
             with b.if_then(writer):
                 for k, t in enumerate(inclusive):
-                    word = b.add(L.i32(first_word + k * per_thread), mine)
-                    b.store(self._to_word(t), b.gep(smem, [word]))
+                    for (base, first), x in zip(slots[k], t):
+                        b.store(self._to_word(x), b.gep(base, [b.add(L.i32(first), mine)]))
             self._barrier()
             for k, (g, excl) in enumerate(zip(groups, exclusive)):
                 before, total = ident, None
-                for u in range(warps):
+                for u in (reversed(range(warps)) if rev else range(warps)):   # scan order
                     src = b.or_(b.shl(b.or_(b.shl(high, L.i32(warps.bit_length() - 1)),
                                             L.i32(u)), L.i32(m.shift)), low)
-                    word = b.add(L.i32(first_word + k * per_thread), src)
-                    val = self._from_word(b.load(b.gep(smem, [word])), op.dtype)
+                    val = tuple(self._from_word(b.load(b.gep(base, [b.add(L.i32(first), src)])),
+                                                d) for (base, first), d in zip(slots[k], dtypes))
                     total = val if total is None else self._scan_combine(op, total, val)
                     earlier = b.icmp_unsigned(">" if rev else "<", L.i32(u), warp)
-                    before = b.select(earlier, self._scan_combine(op, before, val), before)
+                    before = self._select(earlier, self._scan_combine(op, before, val), before)
                 prefix = self._scan_combine(op, before, excl)
                 if k in carry:
                     prefix = self._scan_combine(op, carry[k], prefix)
                 for pos in g:
-                    out[pos] = self._scan_combine(op, prefix, local[pos])
+                    _put(out, pos, self._scan_combine(op, prefix, _get(local, pos)))
                 carry[k] = total if k not in carry else self._scan_combine(op, carry[k], total)
         return out
+
+    def _scan_slots(self, op, dtypes, per_thread: int, groups: int):
+        """[group][part] -> (shared base pointer of the part's dtype, first element): the
+        parts one after another, each `groups` x `per_thread` words (two for an int64)."""
+        word = op.attr("slot")
+        slots = [[] for _ in range(groups)]
+        for d in dtypes:
+            word += word % smem_words_of(d)      # an int64 part starts on 8 bytes
+            base = self._smem_base(d)
+            for k in range(groups):
+                slots[k].append((base, word // smem_words_of(d) + k * per_thread))
+            word += groups * per_thread * smem_words_of(d)
+        return slots
 
     def _barrier(self):
         self.b.call(self.intr.get("llvm.nvvm.barrier0", ir.VoidType(), []), [])

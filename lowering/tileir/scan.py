@@ -1,7 +1,8 @@
 """Scans in the thread program: one block walks the whole scanned axis of its rows.
 
-A tile op `cumsum`/`cumprod`/`cummax`/`cummin` (attributes `axis`, `reverse`, `round`)
-becomes two thread ops over the same fragment:
+A tile op `cumsum`/`cumprod`/`cummax`/`cummin` (attributes `axis`, `reverse`, `round`),
+or a generic `scan` (its combine a program of register ops, scan_combine.py), becomes
+thread ops over a tuple state, one fragment per part (one part for the named scans):
 
     scan_local  the thread's own elements: those outside the tensor made the scan's
                 identity, then an inclusive scan along the vector lanes (the column axis
@@ -12,6 +13,7 @@ becomes two thread ops over the same fragment:
                 (`warp_bits`, `slot`: one word per warp and element, between barriers),
                 then each element combined with the prefix of the earlier threads,
                 warps and repeats; the running total is carried from repeat to repeat.
+    scan_part   one part of the state (`index`), rounded as the policy says.
 
 Elements along an axis are ordered repeat, thread, vector lane (graph/layout.py), so a
 repeat is a contiguous chunk and carrying its total is exact. The scanned axis must be one
@@ -25,9 +27,13 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.scan import is_scan
 
 from ..graph.layout import Layout
+from .scan_combine import named_program, scan_identity_value
 from .tile import TileOp
 
-SCAN_STEPS = ("scan_local", "scan_block")
+SCAN_STEPS = ("scan_local", "scan_block", "scan_part")
+def scan_parts(op: TileOp) -> tuple[DType, ...]:
+    """The register dtypes of a scan step's state, one per part."""
+    return op.attr("dtypes")
 WARP_LANES = 32
 
 
@@ -56,9 +62,11 @@ def check_scan_axis(op: TileOp, layout: Layout, kernel: str) -> None:
                          f"row: give {axis} threads and no grid tile")
 
 
-def expand_scan(op: TileOp, arg: int, layout: Layout, ops: list[TileOp],
+def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
                 kernel: str) -> tuple[int, int]:
-    """Append the scan's thread ops to `ops`; (the result's id, shared words it needs)."""
+    """Append the scan's thread ops to `ops`; (the result's id, shared words it needs).
+    The steps carry a tuple state (one part for cumsum and the others, whose combine is
+    made a one-op program here); a named scan's result is its one part."""
     if not is_scan(op.op):
         raise PlaitError(f"expand_scan: {op.op!r} is not a scan")
     check_scan_axis(op, layout, kernel)
@@ -66,20 +74,31 @@ def expand_scan(op: TileOp, arg: int, layout: Layout, ops: list[TileOp],
     base = {"op": op.op, "axis": axis, "reverse": op.attr("reverse")}
 
     def emit(name, args, **attrs):
-        merged = dict(base, **attrs)
+        merged = dict(base, **attrs) if name != "scan_part" else attrs
         ops.append(TileOp(len(ops), name, tuple(args), op.axes, op.dtype,
                           tuple(sorted((k, v) for k, v in merged.items() if v is not None))))
         return len(ops) - 1
 
     lane_bits, warp_bits = scan_shape(layout, axis)
-    local = emit("scan_local", (arg,))
+    if op.op == "scan":
+        base.update(combine=op.attr("combine"), results=op.attr("results"),
+                    init=op.attr("init"), dtypes=op.attr("dtypes"))
+    else:
+        from_table = named_program(op.op, op.dtype)
+        ident = scan_identity_value(op.op, op.dtype)
+        base.update(combine=from_table[0], results=from_table[1], init=(ident,),
+                    dtypes=(op.dtype,))
+    local = emit("scan_local", args)
     m = layout.map_of(axis)
     lanes = 1 << len(lane_bits)
     # One repeat's threads' totals: a word per warp (along the axis) and per element of
     # the repeat's fragment without the scanned axis, for every other thread bit.
     row, col, vector = layout.fragment(op.axes)
     per_repeat = (col * vector) if m is layout.row else row
-    words = (layout.threads // lanes) * per_repeat * smem_words_of(op.dtype)
+    words = sum((layout.threads // lanes) * per_repeat * smem_words_of(d) + 1
+                for d in base["dtypes"])         # + 1: an int64 part is 8-byte aligned
     done = emit("scan_block", (local,), lanes=tuple(1 << b for b in range(len(lane_bits))),
-                warp_bits=warp_bits, slot=0, round=op.attr("round"))
+                warp_bits=warp_bits, slot=0)
+    if op.op != "scan":
+        done = emit("scan_part", (done,), index=0, round=op.attr("round"))
     return done, words

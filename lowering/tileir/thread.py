@@ -158,7 +158,7 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
             i += len(group)
             continue
         elif is_scan(op.op):
-            remap[op.id], words = expand_scan(op, args[0], layout, ops, tile.name)
+            remap[op.id], words = expand_scan(op, args, layout, ops, tile.name)
             smem = max(smem, words)
         else:
             remap[op.id] = emit(op, args)
