@@ -12,9 +12,8 @@ start for a reverse scan; each rule's gradient runs the other way.
 - cummax / cummin: each g_j goes to the position holding y_j: the latest i <= j where
   x_i == y_j (ties: the latest, as torch.cummax's index), or the latest NaN. Those
   positions are the "records" where x_i == y_i; g_j goes to the last record at or before
-  j, so dx_i is the sum of g over i's segment [i, next record), a reverse cumsum R
-  differenced at segment ends: R_i - R_next, R_next read with `take` at the next record's
-  position (a reverse cummin of the record positions).
+  j, so dx_i is the sum of g over i's segment [i, next record): a segmented sum, one
+  generic `scan` the other way (`_segment` is its combine).
 """
 from __future__ import annotations
 
@@ -50,27 +49,34 @@ def _cumprod_vjp(n, g, y, x):
     return (t.where(before, nonzero_part, t.where(first, zero_part, 0.0)),)
 
 
+def _segment(left, right):
+    """The combine of the segment sums: a range's state (first, later, total) holds
+    whether its first position is a record (2 for the empty range, the identity),
+    whether a record follows inside it, and g summed from its first position up to the
+    next record. A record on the right stops the left's sum there."""
+    from .tensor import where
+    first1, later1, total1 = left
+    first2, later2, total2 = right
+    stopped = (later1 > 0) | (first2 == 1)
+    later = where((later1 > 0) | (first2 == 1) | (later2 > 0), 1, 0)
+    joined = (first1, later, where(stopped, total1, total1 + total2))
+    return tuple(where(first1 == 2, r, where(first2 == 2, a, j))
+                 for a, r, j in zip(left, right, joined))
+
+
 def _extreme_vjp(n, g, y, x):
-    from .gather import take
-    scan, t = _ops()
+    from .scan_generic import scan
+    _, t = _ops()
     if not x.dtype.is_float:
         return (None,)
     axis, rev = n.attr("axis"), bool(n.attr("reverse"))
-    pos = t.index(axis)
     record = (x == y) | (x != x)              # holds its running extreme (or is NaN)
-    last = t.size(axis)
-    # The next record strictly after i (in scan order), or one past the end.
-    later = t.where(record, pos, -1 if rev else last)
-    marker = scan.scan_node("cummax" if rev else "cummin", later, axis, not rev)
-    step = -1 if rev else 1
-    total = _other_way(g, n)                  # R_i: g summed from i to the end
-    beyond = pos + step                       # the position after i (scan order)
-    inside = (beyond >= 0) & (beyond < last)
-    nxt = t.where(inside, take(marker, t.where(inside, beyond, 0), axis=axis),
-                  -1 if rev else last)
-    ok = (nxt >= 0) & (nxt < last)
-    r_next = t.where(ok, take(total, t.where(ok, nxt, 0), axis=axis), 0.0)
-    return (t.where(record, total - r_next, 0.0),)
+    first = t.where(record, 1, 0)
+    # segment sums run the other way: from each record to the next one (scan order)
+    combine = (lambda a, b: _segment(b, a)) if rev else _segment
+    parts = scan(combine, (2, 0, 0.0), (first, t.where(record, 0, 0), g), over=axis,
+                 reverse=not rev)
+    return (t.where(record, parts[2], 0.0),)
 
 
 VJP = {"cumsum": _cumsum_vjp, "cumprod": _cumprod_vjp, "cummax": _extreme_vjp,
