@@ -27,7 +27,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph
 from plait.dsl.node import OPS, Node
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 
 _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11),
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),

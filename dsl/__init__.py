@@ -12,7 +12,7 @@ from .ops import (abs, blocked, cos, erf, exp, exp2, log, log2, logical_and, log
                   logical_or, max, maximum, min, minimum, name, permute, rotate_half, rsqrt,
                   sigmoid, sin, sqrt, stop_gradient, sum, tanh)
 from .reference import bind_sizes, evaluate
-from .scan import cummax, cummin, cumprod, cumsum
+from .cumulative import cummax, cummin, cumprod, cumsum
 from .scan_generic import scan
 from .select import argmax, argmin, max_with_index, min_with_index
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where

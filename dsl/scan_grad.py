@@ -1,4 +1,4 @@
-"""Gradient rules of the scans (dsl/scan.py), written with the DSL itself.
+"""Gradient rules of the scans (dsl/cumulative.py), written with the DSL itself.
 
 Positions are in scan order: "later" means towards the end of the axis, or towards its
 start for a reverse scan; each rule's gradient runs the other way.
@@ -21,7 +21,8 @@ from .dtypes import DType
 
 
 def _ops():
-    from . import scan, tensor
+    from . import cumulative as scan
+    from . import tensor
     return scan, tensor
 
 

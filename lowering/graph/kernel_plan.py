@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule

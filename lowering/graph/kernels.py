@@ -35,7 +35,7 @@ from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
 from .scan_schedule import refuse_split_scans
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)

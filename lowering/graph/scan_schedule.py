@@ -44,7 +44,7 @@ def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
 def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
     """A scan over an axis split across blocks would need the earlier blocks' totals:
     refused by name, with the schedule's file and line."""
-    from plait.dsl.scan import is_scan
+    from plait.dsl.cumulative import is_scan
     for n in nodes:
         if is_scan(n.op) and n.attr("axis") in gridded:
             axis = n.attr("axis")

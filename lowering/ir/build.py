@@ -10,7 +10,7 @@ that walk as a `for` too, its reductions over the axis carried through it.
 from __future__ import annotations
 
 from plait.dsl.dtypes import DType
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..gemm.plan import GemmProgram

@@ -24,7 +24,7 @@ and `nvptx/scan.py` emits them.
 from __future__ import annotations
 
 from plait.dsl.errors import PlaitError
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 
 from ..graph.layout import Layout
 from .scan_combine import named_program, scan_identity_value

@@ -26,7 +26,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
-from plait.dsl.scan import is_scan
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
