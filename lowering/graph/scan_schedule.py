@@ -5,8 +5,9 @@ lowers it; a scan split across blocks is refused by `refuse_split_scans`).
 - a scan over the innermost axis: the row-reduction block (threads along the row, each
   taking about 4 vectors), without a grid tile on the row;
 - a scan over an outer axis S (Mamba's scan over L of [B, L, D]): S is the block's row
-  axis, threads enough that each holds at most 64 of S's elements, and 16 threads x 4
-  along the innermost axis (the whole of it when it is also scanned or reduced).
+  axis, threads so that each holds about 16 of S's elements (at most 64: then fewer
+  threads along the innermost axis), and 16 threads x 4 along the innermost axis (one
+  element wide where S is long; the whole of it when it is also scanned or reduced).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from plait.schedule.errors import kernel_error
 from plait.schedule.model import AxisBlock, KernelSchedule
 
 ROW_ELEMENTS = 16      # elements of an outer scanned axis per thread, at first
+MAX_REPEATS = 64       # the layout's bound on a thread's repeats along an axis
 COL_THREADS = 16       # threads along the innermost axis beside an outer scan
 
 
@@ -28,12 +30,15 @@ def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
         return KernelSchedule(grid=tuple((a, t) for a, t in base.grid if a != inner),
                               block=base.block)
     row = outer[-1]
-    vec = min(4, vector_width(itemsize))
+    length = sizes.get(row, 4096)
     whole = inner in scanned or inner in reduced
     inner_size = sizes.get(inner, 1024)
-    col = min(COL_THREADS if not whole else 32, next_pow2(-(-inner_size // vec)))
-    rows = next_pow2(-(-sizes.get(row, 4096) // ROW_ELEMENTS))
-    rows = max(min(rows, 1024 // col), -(-32 // col))
+    least = next_pow2(-(-length // MAX_REPEATS))       # threads so that no repeat > 64
+    col = min(COL_THREADS if not whole else 32, next_pow2(-(-inner_size // 4)))
+    col = max(1, min(col, 1024 // least))
+    rows = max(min(next_pow2(-(-length // ROW_ELEMENTS)), 1024 // col), least, -(-32 // col))
+    # each thread holds its repeats of every vector: one element wide once they are many
+    vec = 1 if -(-length // rows) > ROW_ELEMENTS else min(4, vector_width(itemsize))
     grid = [(a, 1) for a in axes[:-1] if a != row]
     if not whole:
         grid.append((inner, col * vec))
