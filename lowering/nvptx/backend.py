@@ -32,6 +32,7 @@ from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .ptx_memory import asm_store_words as _asm_store_words
 from ..target import get_target
+from ..tileir.scan import SCAN_STEPS
 from ..tileir.thread import ThreadProgram, pair_step
 from ..tileir.tile import register_dtype
 
@@ -291,7 +292,7 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
             return None
         if pair_step(op):                  # argmax's (value, index) state
             return self._pair_op(op, args)
-        if kind in ("scan_local", "scan_block", "scan_part"):
+        if kind in SCAN_STEPS:
             return self._scan_op(op, args)
         if kind == "smem_put":
             self._smem_put(op, args[0])

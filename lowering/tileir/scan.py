@@ -30,11 +30,7 @@ from ..graph.layout import Layout
 from .scan_combine import named_program, scan_identity_value
 from .tile import TileOp
 
-SCAN_STEPS = ("scan_local", "scan_block", "scan_part")
-def scan_parts(op: TileOp) -> tuple[DType, ...]:
-    """The register dtypes of a scan step's state, one per part."""
-    return op.attr("dtypes")
-WARP_LANES = 32
+SCAN_STEPS = ("scan_local", "scan_block", "scan_part")      # the thread ops of a scan
 
 
 def smem_words_of(dtype) -> int:
