@@ -27,6 +27,7 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph
 from plait.dsl.node import OPS, Node
+from plait.dsl.cumulative import is_scan
 
 _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11),
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),
@@ -129,6 +130,9 @@ class _Printer:
             return f'cast({ops[0][0]}, {_q(n.dtype)})', _ATOM
         if _is_reduction(n):
             return f'{n.op}({ops[0][0]}, over={_q(n.attr("axis"))})', _ATOM
+        if is_scan(n.op):
+            rev = ", reverse=True" if n.attr("reverse") else ""
+            return f'{n.op}({ops[0][0]}, over={_q(n.attr("axis"))}{rev})', _ATOM
         if n.op == "broadcast":
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
         if n.op == "name":

@@ -13,6 +13,8 @@ from .ops import (abs, blocked, cos, erf, exp, exp2, log, log2, logical_and, log
                   sigmoid, sin, sqrt, stop_gradient, sum, tanh)
 from .counter_rng import dropout, philox, rand
 from .reference import bind_sizes, evaluate
+from .cumulative import cummax, cummin, cumprod, cumsum
+from .scan_generic import scan
 from .select import argmax, argmin, max_with_index, min_with_index
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
@@ -28,6 +30,7 @@ __all__ = [
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "max", "maximum",
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
-    "where", "take", "scatter_add", "rand", "dropout", "philox", "argmax", "argmin", "max_with_index", "min_with_index",
+    "where", "take", "scatter_add", "rand", "dropout", "philox", "argmax", "argmin",
+    "max_with_index", "min_with_index", "cumsum", "cumprod", "cummax", "cummin", "scan",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

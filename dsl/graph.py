@@ -62,7 +62,18 @@ class AlgorithmGraph:
 def _value(v) -> str:
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, tuple) and v and all(isinstance(n, Node) for n in v):
+        return "(" + ", ".join(_expression(n) for n in v) + ")"   # a scan's combine
     return str(v)
+
+
+def _expression(n: Node) -> str:
+    """A node of a scan's combine as nested calls: its arguments are s0, s1, ..."""
+    if n.op == "scan_arg":
+        return f"s{n.attr('index')}"
+    if n.op == "const":
+        return _value(n.attr("value"))
+    return f"{n.op}({', '.join(_expression(i) for i in n.inputs)}):{n.dtype}"
 
 
 def format_node(node: Node, names: dict[int, str]) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType, round_to
 
-from . import arg_reduce, mathfns
+from . import arg_reduce, mathfns, scan
 from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from ..tileir.rotate_load import source_index
@@ -238,6 +238,12 @@ def _step(m: _Machine, op, args, arrays, scalars):
             return _rounded(mathfns.BINARY[kind](*args), op)
     if pair_step(op):
         return _pair_step(m, op, args)
+    if kind == "scan_local":
+        return scan.scan_local(m, op, args, _step, _NP)
+    if kind == "scan_block":
+        return scan.scan_block(m, op, args[0], _step, _NP)
+    if kind == "scan_part":
+        return _rounded(args[0][op.attr("index")], op)
     if kind == "reduce_local":
         return _reduce_local(m, op, args[0])
     if kind == "reduce_shfl":

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule
@@ -14,6 +15,7 @@ from plait.schedule.kernel_names import kernel_name
 from plait.schedule.model import KernelSchedule, Schedule
 
 from ..artifact import Buffer
+from .scan_schedule import scan_default
 from .streaming import Stream
 from .streaming_sums import StreamedSums
 
@@ -98,7 +100,9 @@ def group_kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) ->
 def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    default = default_kernel_schedule(axes, reduced, itemsize, sizes)
+    scanned = {n.attr("axis") for n in nodes if is_scan(n.op)}
+    default = scan_default(axes, scanned, reduced, itemsize, sizes) if scanned else \
+        default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:
     # the default keeps each argmax axis whole in one block (no grid tile on it).
     whole = {n.attr("axis") for n in nodes if is_pair(n.op)}

@@ -34,6 +34,8 @@ from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
+from .scan_schedule import refuse_split_scans
+from plait.dsl.cumulative import is_scan
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)
@@ -110,7 +112,10 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         nodes = topo_order([node])
         axes = iteration_axes(nodes, graph.axis_order)
         alone = tensor_cores and any(is_contraction(n) for n in nodes)
-        groups.setdefault((axes, name) if alone else (axes,), []).append(name)
+        # outputs scanning different axes go apart: a block walks its scanned axes whole
+        scanned = tuple(sorted({n.attr("axis") for n in nodes if is_scan(n.op)}))
+        key = (axes, name) if alone else (axes, scanned) if scanned else (axes,)
+        groups.setdefault(key, []).append(name)
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output",
                               zero=name in zeroed))
     generic = dict(generic or {})
@@ -210,6 +215,7 @@ class _Planner:
                                               self._itemsize(nodes), self.threads_per_sm)
         ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
+        refuse_split_scans(self.schedule, name, nodes, gridded, self.sizes)
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))

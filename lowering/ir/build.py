@@ -10,6 +10,7 @@ that walk as a `for` too, its reductions over the axis carried through it.
 from __future__ import annotations
 
 from plait.dsl.dtypes import DType
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..gemm.plan import GemmProgram
@@ -98,6 +99,15 @@ def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
         value[op.id] = _pair_reduce(b, op, args, layouts, attrs)
     elif op.op in REDUCE_OPS:
         value[op.id] = b.emit("reduce", args, _type(op, layouts), combine=op.op, **attrs)
+    elif op.op == "scan_part":      # one part of a generic scan's state, rounded
+        part = value[op.args[0]][op.attr("index")]
+        value[op.id] = part if op.attr("round") is None else \
+            b.emit("round", (part,), _type(op, layouts), round=op.attr("round"))
+    elif op.op == "scan":           # a tuple state: one result per part
+        types = tuple(Type(op.axes, d, layouts.of(op)) for d in op.attr("dtypes"))
+        value[op.id] = b.op("scan", args, types, **attrs).results
+    elif is_scan(op.op):           # keeps its axis: a scan along it, one block per row
+        value[op.id] = b.emit("scan", args, _type(op, layouts), combine=op.op, **attrs)
     elif op.op in ("store", "atomic_add", "scatter_add", "barrier"):
         b.op(op.op, args, None, **attrs)
     else:

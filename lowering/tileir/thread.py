@@ -26,6 +26,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
@@ -34,6 +35,7 @@ from ..graph.layout import Layout
 from ..limits import shared_limit
 from ..target import DEFAULT_TARGET
 from .rotate_load import rotated_vector
+from .scan import expand_scan
 from .tile import TileOp, TileProgram
 
 
@@ -155,6 +157,9 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
             smem = max(smem, words)
             i += len(group)
             continue
+        elif is_scan(op.op):
+            remap[op.id], words = expand_scan(op, args, layout, ops, tile.name)
+            smem = max(smem, words)
         else:
             remap[op.id] = emit(op, args)
         i += 1

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
+from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
 from ..graph.kernel_plan import REDUCE_OPS, KernelGraph, KernelPlan
 from ..graph.policy import ResolvedPolicy
+from .scan_combine import combine_program
 
 IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
 # Ops that read their first operand at other positions (their other operands plainly).
@@ -86,6 +88,7 @@ class _Builder:
         self.value: dict[int, int] = {}
         self.used_buffers: list[str] = []
         self.scalars: dict[str, DType] = {}
+        self.scans: dict[tuple, int] = {}        # a generic scan's state, by its parts' key
 
     def emit(self, op, args, axes, dtype, **attrs) -> int:
         self.ops.append(TileOp(len(self.ops), op, tuple(args), tuple(axes), dtype,
@@ -226,6 +229,11 @@ class _Builder:
             value = register_dtype(n.inputs[0].dtype) if is_pair(n.op) else None
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"), value=value,
                              partial=n.attr("partial"), round=self._round_for(n))
+        if n.op == "scan":     # one part of a tuple state; the state is computed once
+            return self._state_part(n, args)
+        if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
+            return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
+                             reverse=n.attr("reverse"), round=self._round_for(n))
         if n.op == "cast":
             src = n.inputs[0].dtype
             if not n.dtype.is_float or not src.is_float:
@@ -242,6 +250,21 @@ class _Builder:
             inverse = self.emit("recip", args[1:], divisor.axes, reg)
             return self.emit("mul", (args[0], inverse), n.axes, reg, round=self._round_for(n))
         return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
+
+
+    def _state_part(self, n: Node, args) -> int:
+        """Part `part` of a generic scan: the scan op once per state (its parts share
+        inputs, combine, axis and direction), then the part read off it."""
+        key = (tuple(i.uid for i in n.inputs), tuple(r.uid for r in n.attr("combine")),
+               n.attr("axis"), n.attr("reverse"))
+        if key not in self.scans:
+            program, results = combine_program(n.attr("args"), n.attr("combine"))
+            dtypes = tuple(register_dtype(a.dtype) for a in n.attr("args")[:len(n.inputs)])
+            self.scans[key] = self.emit("scan", args, n.axes, dtypes[0], axis=n.attr("axis"),
+                                        reverse=n.attr("reverse"), combine=program,
+                                        results=results, init=n.attr("init"), dtypes=dtypes)
+        return self.emit("scan_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
+                         index=n.attr("part"), round=self._round_for(n))
 
 
 def _scatter_of(n: Node) -> Node | None:

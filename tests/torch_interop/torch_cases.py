@@ -38,6 +38,17 @@ def _hf_rotary(x, cos, sin):
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def _selective_scan(x, dt, A, Bm, C):
+    """examples/selective_scan.py as a float64 loop over the sequence."""
+    h = torch.zeros(x.shape[0], x.shape[2], A.shape[1], dtype=x.dtype)
+    ys = []
+    for t in range(x.shape[1]):
+        step = dt[:, t, :, None]
+        h = torch.exp(step * A) * h + step * Bm[:, t, None, :] * x[:, t, :, None]
+        ys.append((C[:, t, None, :] * h).sum(-1))
+    return torch.stack(ys, 1)
+
+
 CASES = {
     "layernorm": Case({"x": (5, 37), "w": (37,), "b": (37,)},
                       lambda x, w, b, eps=1e-5: F.layer_norm(x, (x.shape[-1],), w, b, eps),
@@ -74,6 +85,10 @@ CASES = {
     "sampling": Case({"logits": (3, 53)},
                      lambda logits: torch.argmax(logits, -1).to(torch.int32),
                      grad=False, algorithm="greedy"),
+    # examples/selective_scan.py's `selective_scan`: a generic scan, not differentiable
+    "selective_scan": Case({"x": (2, 37, 3), "dt": (2, 37, 3), "A": (3, 4), "Bm": (2, 37, 4),
+                            "C": (2, 37, 4)}, _selective_scan, grad=False, scale=0.3,
+                           algorithm="selective_scan"),
     # examples/rotary.py's `rotary` (the LLaMA and interleaved variants beside it are
     # checked in tests/lowering/test_rotary_kernels.py)
     "rotary": Case({"x": (2, 3, 5, 12), "cos": (5, 12), "sin": (5, 12)}, _hf_rotary),

@@ -1,0 +1,59 @@
+"""The default schedule of a kernel holding a scan: the block covers the scanned axis
+whole, with threads on it, so that one block walks each row of the scan (tileir/scan.py
+lowers it; a scan split across blocks is refused by `refuse_split_scans`).
+
+- a scan over the innermost axis: the row-reduction block (threads along the row, each
+  taking about 4 vectors), without a grid tile on the row;
+- a scan over an outer axis S (Mamba's scan over L of [B, L, D]): S is the block's row
+  axis, threads so that each holds about 16 of S's elements (at most 64: then fewer
+  threads along the innermost axis), and 16 threads x 4 along the innermost axis (one
+  element wide where S is long; the whole of it when it is also scanned or reduced).
+"""
+from __future__ import annotations
+
+from plait.schedule.default import default_kernel_schedule, next_pow2, vector_width
+from plait.schedule.errors import kernel_error
+from plait.schedule.model import AxisBlock, KernelSchedule
+
+ROW_ELEMENTS = 16      # elements of an outer scanned axis per thread, at first
+MAX_REPEATS = 64       # the layout's bound on a thread's repeats along an axis
+COL_THREADS = 16       # threads along the innermost axis beside an outer scan
+
+
+def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
+                 itemsize: int, sizes) -> KernelSchedule:
+    inner = axes[-1]
+    outer = [a for a in axes[:-1] if a in scanned]
+    sizes = sizes or {}
+    if not outer:
+        base = default_kernel_schedule(axes, set(reduced) | {inner}, itemsize, sizes)
+        return KernelSchedule(grid=tuple((a, t) for a, t in base.grid if a != inner),
+                              block=base.block)
+    row = outer[-1]
+    length = sizes.get(row, 4096)
+    whole = inner in scanned or inner in reduced
+    inner_size = sizes.get(inner, 1024)
+    least = next_pow2(-(-length // MAX_REPEATS))       # threads so that no repeat > 64
+    col = min(COL_THREADS if not whole else 32, next_pow2(-(-inner_size // 4)))
+    col = max(1, min(col, 1024 // least))
+    rows = max(min(next_pow2(-(-length // ROW_ELEMENTS)), 1024 // col), least, -(-32 // col))
+    # each thread holds its repeats of every vector: one element wide once they are many
+    vec = 1 if -(-length // rows) > ROW_ELEMENTS else min(4, vector_width(itemsize))
+    grid = [(a, 1) for a in axes[:-1] if a != row]
+    if not whole:
+        grid.append((inner, col * vec))
+    return KernelSchedule(grid=tuple(grid), block=((row, AxisBlock(rows)),
+                                                    (inner, AxisBlock(col, vec))))
+
+
+def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
+    """A scan over an axis split across blocks would need the earlier blocks' totals:
+    refused by name, with the schedule's file and line."""
+    from plait.dsl.cumulative import is_scan
+    for n in nodes:
+        if is_scan(n.op) and n.attr("axis") in gridded:
+            axis = n.attr("axis")
+            raise kernel_error(schedule, name, "grid", f"{n.op} over {axis} is split across "
+                               f"blocks (extent {sizes[axis]}); a scan is walked by one "
+                               f"block per row: give {axis} threads and no grid tile "
+                               f"(block: {{{axis}: {{threads: ...}}}})")
