@@ -30,7 +30,9 @@ from plait.dsl.select import is_pair
 
 from ..graph.layout import Layout
 from ..limits import shared_limit
+from ..tileir.tile import TileOp
 from ..tileir.rotate_load import rotated_vector
+from ..tileir.scan import scan_steps
 from ..tileir.thread import (MAX_REGISTER_ACCUMULATORS, _thread_bits, _vector_for,
                              smem_words, staged_row_words)
 from .layout_simt import blocked_dims
@@ -102,6 +104,8 @@ class _Lowering:
                 self.reductions(group)
                 i += len(group)
                 continue
+            elif op.name == "scan":
+                self.scan(op)
             elif op.name == "yield":
                 self.b.op("yield", tuple(self.value[a] for a in op.args))
             else:
@@ -172,6 +176,26 @@ class _Lowering:
         self.value[combine.results[0]] = self.b.emit(
             "accumulate", (self.value[param], self.value[reduce.args[0]]), t,
             axis=reduce.attr("axis"), op=kind)
+
+    def scan(self, op: Op) -> None:
+        """A scan along a spread axis: `scan_local` in each thread's fragment, then
+        `scan_block` over lanes, warps and repeats (`tileir/scan.py` says how), and
+        `scan_part` reading each part of its state off it (a named scan's is rounded)."""
+        named = isinstance(op.attr("combine"), str)
+        t = self.k.type_of(op.results[0])
+        attrs = tuple((key, v) for key, v in op.attrs if not (named and key == "combine"))
+        tile_op = TileOp(-1, op.attr("combine") if named else "scan", (), t.axes, t.dtype,
+                         attrs)
+        base, block, words = scan_steps(tile_op, self.lay, self.k.name)
+        self.smem = max(self.smem, words)
+        state = self.type(t.axes, t.dtype)
+        local = self.b.emit("scan_local", tuple(self.value[a] for a in op.args), state,
+                            **base)
+        done = self.b.emit("scan_block", (local,), state, **base, **block)
+        for i, r in enumerate(op.results):
+            rt = self.k.type_of(r)
+            self.value[r] = self.b.emit("scan_part", (done,), self.type(rt.axes, rt.dtype),
+                                        index=i, round=op.attr("round") if named else None)
 
     def reductions(self, group: list[Op]) -> None:
         """Reduces over one axis lowered together; their results share one exchange."""

@@ -58,23 +58,15 @@ def check_scan_axis(op: TileOp, layout: Layout, kernel: str) -> None:
                          f"row: give {axis} threads and no grid tile")
 
 
-def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
-                kernel: str) -> tuple[int, int]:
-    """Append the scan's thread ops to `ops`; (the result's id, shared words it needs).
-    The steps carry a tuple state (one part for cumsum and the others, whose combine is
-    made a one-op program here); a named scan's result is its one part."""
+def scan_steps(op: TileOp, layout: Layout, kernel: str) -> tuple[dict, dict, int]:
+    """(the attributes every step of scan `op` carries, those of its scan_block, the
+    shared words it needs). The steps carry a tuple state (one part for cumsum and the
+    others, whose combine is made a one-op program here)."""
     if not is_scan(op.op):
         raise PlaitError(f"expand_scan: {op.op!r} is not a scan")
     check_scan_axis(op, layout, kernel)
     axis = op.attr("axis")
     base = {"op": op.op, "axis": axis, "reverse": op.attr("reverse")}
-
-    def emit(name, args, **attrs):
-        merged = dict(base, **attrs) if name != "scan_part" else attrs
-        ops.append(TileOp(len(ops), name, tuple(args), op.axes, op.dtype,
-                          tuple(sorted((k, v) for k, v in merged.items() if v is not None))))
-        return len(ops) - 1
-
     lane_bits, warp_bits = scan_shape(layout, axis)
     if op.op == "scan":
         base.update(combine=op.attr("combine"), results=op.attr("results"),
@@ -84,7 +76,6 @@ def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
         ident = scan_identity_value(op.op, op.dtype)
         base.update(combine=from_table[0], results=from_table[1], init=(ident,),
                     dtypes=(op.dtype,))
-    local = emit("scan_local", args)
     m = layout.map_of(axis)
     lanes = 1 << len(lane_bits)
     # One repeat's threads' totals: a word per warp (along the axis) and per element of
@@ -93,8 +84,25 @@ def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
     per_repeat = (col * vector) if m is layout.row else row
     words = sum((layout.threads // lanes) * per_repeat * smem_words_of(d) + 1
                 for d in base["dtypes"])         # + 1: an int64 part is 8-byte aligned
-    done = emit("scan_block", (local,), lanes=tuple(1 << b for b in range(len(lane_bits))),
-                warp_bits=warp_bits, slot=0)
+    block = {"lanes": tuple(1 << b for b in range(len(lane_bits))), "warp_bits": warp_bits,
+             "slot": 0}
+    return base, block, words
+
+
+def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
+                kernel: str) -> tuple[int, int]:
+    """Append the scan's thread ops to `ops`; (the result's id, shared words it needs).
+    A named scan's result is its one part."""
+    base, block, words = scan_steps(op, layout, kernel)
+
+    def emit(name, args, **attrs):
+        merged = dict(base, **attrs) if name != "scan_part" else attrs
+        ops.append(TileOp(len(ops), name, tuple(args), op.axes, op.dtype,
+                          tuple(sorted((k, v) for k, v in merged.items() if v is not None))))
+        return len(ops) - 1
+
+    local = emit("scan_local", args)
+    done = emit("scan_block", (local,), **block)
     if op.op != "scan":
         done = emit("scan_part", (done,), index=0, round=op.attr("round"))
     return done, words
