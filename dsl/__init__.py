@@ -12,6 +12,7 @@ from .ops import (abs, blocked, cos, erf, exp, exp2, log, log2, logical_and, log
                   logical_or, max, maximum, min, minimum, name, permute, rotate_half, rsqrt,
                   sigmoid, sin, sqrt, stop_gradient, sum, tanh)
 from .reference import bind_sizes, evaluate
+from .reshape import concat, merge_axes, pad, shift, slice, split_axis
 from .select import argmax, argmin, max_with_index, min_with_index
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
@@ -28,5 +29,6 @@ __all__ = [
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
     "where", "take", "scatter_add", "argmax", "argmin", "max_with_index", "min_with_index",
+    "split_axis", "merge_axes", "slice", "pad", "concat", "shift",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

@@ -45,6 +45,25 @@ def axis_order(order: tuple[str, ...]):
         _state.axis_order = saved
 
 
+def current_axis_order() -> tuple[str, ...] | None:
+    """The canonical order while tracing (the signature's axes, then any an op made)."""
+    return _state.axis_order
+
+
+def declare_axes(new, beside: str, before: bool = False) -> None:
+    """Make the axes `new` known to the trace, placed next to `beside` in the canonical
+    order (after it, or before it); an axis already known keeps its place. The relative
+    order of the axes known before is unchanged, so nodes built earlier stay canonical."""
+    order = _state.axis_order
+    if order is None:
+        return
+    fresh = [a for a in new if a not in order]
+    if not fresh:
+        return
+    at = order.index(beside) + (0 if before else 1) if beside in order else len(order)
+    _state.axis_order = order[:at] + tuple(fresh) + order[at:]
+
+
 def canonical_axes(axes) -> tuple[str, ...]:
     order = _state.axis_order
     unique = list(dict.fromkeys(axes))
@@ -104,15 +123,15 @@ class Tensor:
                          user_location())
 
     def __iter__(self):
-        raise PlaitError("a traced tensor cannot be iterated: plait has no indexing or "
-                         "slicing yet; reduce with sum(x, over=AXIS) or max(x, over=AXIS)",
+        raise PlaitError("a traced tensor cannot be iterated: axes are named; "
+                         "reduce with sum(x, over=AXIS) or max(x, over=AXIS), or x.slice(...)",
                          user_location())
 
     # Python and numpy conversions would escape the trace; each names what to write.
     def __getitem__(self, item):
-        raise PlaitError(f"a traced tensor cannot be indexed (x[{item!r}]): plait has no "
-                         "indexing or slicing yet; write the computation over whole axes "
-                         "(reductions take over=AXIS)", user_location())
+        raise PlaitError(f"a traced tensor cannot be indexed (x[{item!r}]): axes are named; "
+                         "write x.slice(T=(start, stop), into=\"S\") for a range, take(...) "
+                         "to gather, or reduce over=AXIS", user_location())
 
     def __float__(self):
         raise PlaitError("a traced tensor has no Python float value (float(x), math.exp(x), "
@@ -194,6 +213,16 @@ class Tensor:
     def __pow__(self, exponent):
         from . import library
         return library.power(self, exponent)
+
+    def slice(self, into=None, **ranges):
+        """x.slice(T=(start, stop), into="S"): see plait.dsl.slice."""
+        from . import reshape
+        return reshape.slice(self, into, **ranges)
+
+    def pad(self, into=None, value=0.0, **ranges):
+        """x.pad(T=(before, after), into="P", value=0.0): see plait.dsl.pad."""
+        from . import reshape
+        return reshape.pad(self, into, value, **ranges)
 
     def __matmul__(self, other):
         raise PlaitError("`@` needs a contraction axis; write sum(a * b, over=AXIS)",
