@@ -87,8 +87,11 @@ def _merge_vjp(n, g, y, x):
 def _shift_vjp(n, g, y, x):
     if not n.dtype.is_float:
         return (None,)
+    # the forward's size relations hold in the backward too, which may lack other
+    # sources for them (a concat's result axis, read only through a slice)
     return (shift(g, n.attr("into"), n.attr("axis"), start=-n.attr("start"),
-                  plus=n.attr("minus") or (), minus=n.attr("plus") or (), fill=0.0),)
+                  plus=n.attr("minus") or (), minus=n.attr("plus") or (), fill=0.0,
+                  sizes=n.attr("sizes") or ()),)
 
 
 register(OpDef("split_axis", "movement", _split_eval, _split_vjp))
