@@ -289,8 +289,6 @@ def concat(tensors, over=None, into=None) -> Tensor:
     for t, o in zip(tensors, overs):
         _axis_of(t, o, "concat")
         _new_name(t, into, "concat")
-    if len(set(overs)) != len(overs) and len(set(overs)) != 1:
-        raise PlaitError(f"concat: over {list(overs)} repeats an axis", user_location())
     # one size relation for the result: into = the sum of the operands' axes (an axis
     # named twice counts twice)
     rel = (("sum", into, 0, tuple(overs)),)

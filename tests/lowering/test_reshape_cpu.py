@@ -59,6 +59,8 @@ SCHEDULES = {
                                                                       "vector": 4}}},
     "gridded": {"grid": {"N": 16, "E": 2}, "block": {"N": {"threads": 16},
                                                      "E": {"threads": 2, "vector": 1}}},
+    "walk": {"grid": {"N": 8, "E": 64}, "block": {"E": {"threads": 32, "vector": 2}},
+             "prefetch": 2},
 }
 
 
