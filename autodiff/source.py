@@ -28,6 +28,8 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph
 from plait.dsl.node import OPS, Node
 from plait.dsl.cumulative import is_scan
+from plait.dsl.reshape import RESHAPES
+from plait.dsl.reshape import spelling as reshape_spelling
 
 _INFIX = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 11), "div": ("/", 11),
           "lt": ("<", 5), "le": ("<=", 5), "gt": (">", 5), "ge": (">=", 5),
@@ -145,6 +147,8 @@ class _Printer:
         if n.op == "blocked":
             pairs = ", ".join(f"{_q(c)}: {_q(f)}" for c, f in n.attr("blocks"))
             return f'blocked({ops[0][0]}, {{{pairs}}}, {n.attr("size")})', _ATOM
+        if n.op in RESHAPES:
+            return reshape_spelling(n, ops[0][0]), _ATOM
         if n.op == "take":
             return f'take({ops[0][0]}, {ops[1][0]}, axis={_q(n.attr("axis"))})', _ATOM
         if n.op == "scatter_add":
@@ -211,7 +215,11 @@ def to_source(obj, dtypes: dict | None = None) -> str:
     fname = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in graph.name)
     if not fname.isidentifier() or keyword.iskeyword(fname):
         fname = f"algorithm_{fname}"
-    deco = "@algorithm" if fname == graph.name else f"@algorithm(name={_q(graph.name)})"
+    keys = [] if fname == graph.name else [f"name={_q(graph.name)}"]
+    signature_axes = {a for p in graph.params for a in p.axes or ()}
+    if any(a not in signature_axes for a in graph.axis_order):   # made by split_axis, ...
+        keys.append(f"axes=({_quote_axes(graph.axis_order)},)")
+    deco = f"@algorithm({', '.join(keys)})" if keys else "@algorithm"
     head = f"def {fname}("
     args = _signature(graph, declared)
     sig = head + ", ".join(args) + "):"

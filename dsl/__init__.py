@@ -15,6 +15,7 @@ from .counter_rng import dropout, philox, rand
 from .reference import bind_sizes, evaluate
 from .cumulative import cummax, cummin, cumprod, cumsum
 from .scan_generic import scan
+from .reshape import concat, merge_axes, pad, shift, slice, split_axis
 from .select import argmax, argmin, max_with_index, min_with_index
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
@@ -32,5 +33,6 @@ __all__ = [
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
     "where", "take", "scatter_add", "rand", "dropout", "philox", "argmax", "argmin",
     "max_with_index", "min_with_index", "cumsum", "cumprod", "cummax", "cummin", "scan",
+    "split_axis", "merge_axes", "slice", "pad", "concat", "shift",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

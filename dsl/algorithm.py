@@ -10,7 +10,7 @@ from .dtypes import DType, dtype_of
 from .errors import PlaitError, SourceLoc
 from .graph import AlgorithmGraph, eliminate_common_subexpressions
 from .node import Node, make_attrs
-from .tensor import Tensor, TensorSpec, axis_order
+from .tensor import Tensor, TensorSpec, axis_order, current_axis_order
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Param:
 class Algorithm:
     """A traced-on-demand tensor algorithm. Call `graph(dtypes)` for its graph."""
 
-    def __init__(self, fn, name: str | None = None):
+    def __init__(self, fn, name: str | None = None, axes: tuple[str, ...] | None = None):
         self.fn = fn
         self.name = name or fn.__name__
         functools.update_wrapper(self, fn)
@@ -42,6 +42,11 @@ class Algorithm:
                 if a not in order:
                     order.append(a)
         self.axis_order = tuple(order)
+        if axes is not None:     # the canonical order, axes the ops make included
+            if set(order) - set(axes) or len(set(axes)) != len(tuple(axes)):
+                raise PlaitError(f"{self.name}: axes={tuple(axes)} must list each axis of "
+                                 f"the signature ({', '.join(order)}) once", self.loc)
+            self.axis_order = tuple(axes)
         self._graphs: dict[tuple, AlgorithmGraph] = {}
 
     def _read_signature(self) -> list[Param]:
@@ -98,9 +103,10 @@ class Algorithm:
                                 make_attrs(name=p.name, default=p.default), self.loc)
                 args.append(Tensor(node))
             result = self.fn(*args)
+            order = current_axis_order()   # with the axes split_axis, concat, ... made
         outputs = _name_outputs(result, self)
         outputs = eliminate_common_subexpressions(outputs)
-        return AlgorithmGraph(self.name, self.params, self.axis_order, outputs)
+        return AlgorithmGraph(self.name, self.params, order, outputs)
 
     def __call__(self, *args, **kwargs):
         if any(isinstance(a, Tensor) for a in list(args) + list(kwargs.values())):
@@ -137,8 +143,10 @@ def _name_outputs(result, algo: Algorithm) -> dict[str, Node]:
     return out
 
 
-def algorithm(fn=None, *, name: str | None = None):
-    """Decorate a function over `Tensor["AXIS", ...]` arguments to make it a plait algorithm."""
+def algorithm(fn=None, *, name: str | None = None, axes: tuple[str, ...] | None = None):
+    """Decorate a function over `Tensor["AXIS", ...]` arguments to make it a plait algorithm.
+    `axes` fixes the canonical axis order, axes that split_axis, concat, ... make included
+    (to_source writes it where a graph has such axes)."""
     if fn is None:
-        return lambda f: Algorithm(f, name)
-    return Algorithm(fn, name)
+        return lambda f: Algorithm(f, name, axes)
+    return Algorithm(fn, name, axes)

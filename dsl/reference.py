@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from .axis_sizes import derive_sizes
 from .dtypes import DType, round_to
 from .errors import PlaitError
 from .graph import AlgorithmGraph
@@ -45,6 +46,10 @@ def bind_sizes(graph: AlgorithmGraph, shapes: dict[str, tuple[int, ...]]) -> dic
                                  f"{where_from[axis]!r} but {extent} in {p.name!r}")
             sizes.setdefault(axis, int(extent))
             where_from.setdefault(axis, p.name)
+    sizes = derive_sizes(graph.nodes, sizes)    # the axes split_axis, slice, ... made
+    for axis, extent in sizes.items():
+        if extent < 0:
+            raise PlaitError(f"{graph.name}: axis {axis} has extent {extent}; plait needs >= 0")
     for n in graph.nodes:        # a kernel would clamp an uncovered position: refuse it
         if n.op == "blocked":
             for coarse, fine in n.attr("blocks"):

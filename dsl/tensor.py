@@ -7,13 +7,11 @@ union of the operands' axes in the algorithm's canonical axis order.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
-
 from .dtypes import (NAMES, DType, dtype_of, is_dtype_name, looks_like_dtype, promote,
                      promote_weak, scalar_dtype)
 from .errors import PlaitError, user_location
 from .node import OPS, Node, make_attrs
+from .trace_axes import axis_order, canonical_axes, current_axis_order, declare_axes  # noqa: F401
 
 
 class TensorSpec:
@@ -25,36 +23,6 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         return f"Tensor[{', '.join(repr(a) for a in self.axes)}]"
-
-
-class _TraceState(threading.local):
-    axis_order: tuple[str, ...] | None = None
-
-
-_state = _TraceState()
-
-
-@contextlib.contextmanager
-def axis_order(order: tuple[str, ...]):
-    """While tracing, the canonical order of every axis the algorithm may use."""
-    saved = _state.axis_order
-    _state.axis_order = order
-    try:
-        yield
-    finally:
-        _state.axis_order = saved
-
-
-def canonical_axes(axes) -> tuple[str, ...]:
-    order = _state.axis_order
-    unique = list(dict.fromkeys(axes))
-    if order is None:
-        return tuple(unique)
-    for a in unique:
-        if a not in order:
-            raise PlaitError(f"unknown axis {a!r}; the algorithm's axes are {', '.join(order)}",
-                             user_location())
-    return tuple(a for a in order if a in unique)
 
 
 class Tensor:
@@ -104,15 +72,15 @@ class Tensor:
                          user_location())
 
     def __iter__(self):
-        raise PlaitError("a traced tensor cannot be iterated: plait has no indexing or "
-                         "slicing yet; reduce with sum(x, over=AXIS) or max(x, over=AXIS)",
+        raise PlaitError("a traced tensor cannot be iterated: axes are named; "
+                         "reduce with sum(x, over=AXIS) or max(x, over=AXIS), or x.slice(...)",
                          user_location())
 
     # Python and numpy conversions would escape the trace; each names what to write.
     def __getitem__(self, item):
-        raise PlaitError(f"a traced tensor cannot be indexed (x[{item!r}]): plait has no "
-                         "indexing or slicing yet; write the computation over whole axes "
-                         "(reductions take over=AXIS)", user_location())
+        raise PlaitError(f"a traced tensor cannot be indexed (x[{item!r}]): axes are named; "
+                         "write x.slice(T=(start, stop), into=\"S\") for a range, take(...) "
+                         "to gather, or reduce over=AXIS", user_location())
 
     def __float__(self):
         raise PlaitError("a traced tensor has no Python float value (float(x), math.exp(x), "
@@ -194,6 +162,16 @@ class Tensor:
     def __pow__(self, exponent):
         from . import library
         return library.power(self, exponent)
+
+    def slice(self, into=None, **ranges):
+        """x.slice(T=(start, stop), into="S"): see plait.dsl.slice."""
+        from . import reshape
+        return reshape.slice(self, into, **ranges)
+
+    def pad(self, into=None, value=0.0, **ranges):
+        """x.pad(T=(before, after), into="P", value=0.0): see plait.dsl.pad."""
+        from . import reshape
+        return reshape.pad(self, into, value, **ranges)
 
     def __matmul__(self, other):
         raise PlaitError("`@` needs a contraction axis; write sum(a * b, over=AXIS)",

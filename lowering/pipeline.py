@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plait.dsl.axis_sizes import derive_sizes
 from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError, PlaitWarning
 from plait.dsl.graph import AlgorithmGraph
@@ -61,6 +62,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     generic kernel."""
     spec = get_target(target)
     multiprocessors = multiprocessors or spec.sms
+    sizes = derive_sizes(graph.nodes, sizes)   # the axes split_axis, slice, ... made
     check_extents(sizes)
     if schedule is not None:   # ranges, and what the target takes, on every path
         validate(schedule, target=spec)
@@ -192,7 +194,8 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
                                       grid_xyz=True))
     kg = low.kernel_graph
     program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
-    check_grids(program, sizes, multiprocessors or get_target(target).sms)
+    check_grids(program, derive_sizes(graph.nodes, sizes),
+                multiprocessors or get_target(target).sms)
     return program
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from plait.dsl.errors import PlaitError
+from plait.dsl.axis_sizes import derive_sizes
 from plait.dsl.reference import bind_sizes
 
 from . import arrays, binding
@@ -205,7 +206,7 @@ def compile(algo, dtypes: dict | None = None, sizes: dict[str, int] | None = Non
             schedule=None, target: str = DEFAULT_TARGET):
     """Compile ahead of time (no GPU needed): the Program for these dtypes and axis sizes."""
     graph = algo.graph(dtypes or {})
-    sizes = dict(sizes or {})
+    sizes = derive_sizes(graph.nodes, dict(sizes or {}))   # split_axis's, concat's, ...
     missing = [a for a in graph.axis_order if a not in sizes]
     if missing:
         raise PlaitError(f"{algo.name}: compile needs the size of every axis; missing "

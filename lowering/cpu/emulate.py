@@ -21,6 +21,7 @@ from plait.dsl.dtypes import DType, round_to
 from . import arg_reduce, mathfns, scan
 from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
+from .gather import view_load as _view_load
 from ..tileir.rotate_load import source_index
 from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view
 from ..tileir.thread import ThreadProgram, pair_step
@@ -182,6 +183,8 @@ def _step(m: _Machine, op, args, arrays, scalars):
     kind = op.op
     if kind == "load" and op.attr("take") is not None:
         return _take_load(m, op, args[0], arrays)
+    if kind == "load" and op.attr("view") is not None:
+        return _view_load(m, op, args, arrays)
     if kind == "scatter_add":
         return _scatter_add(m, op, args, arrays)
     if kind == "load":

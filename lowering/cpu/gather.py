@@ -1,4 +1,5 @@
-"""The CPU executor's indexed load (take) and indexed atomic add (scatter_add).
+"""The CPU executor's indexed loads (take; the reshapes' view load) and indexed atomic
+add (scatter_add).
 
 What the GPU does, element by element: an element whose index lies outside [0, size of
 the axis) reads 0 (take) or adds nothing (scatter_add), and no address outside the
@@ -39,6 +40,20 @@ def take_load(m, op, idx, arrays):
     axes = m.prog.buffer(op.attr("buffer")).axes
     ok = _in_range(m, op, idx, m.in_bounds(op.axes))
     value = buf[_positions(m, axes, op.attr("take"), idx, ok)]
+    return np.where(ok, value, np.zeros((), buf.dtype))
+
+
+def view_load(m, op, indices, arrays):
+    """A reshape's load (tileir/view_load.py): the buffer at the given indices along the
+    axes `view` names, the load's own positions along the others. An index outside its
+    axis reads 0 (a pad's border, which the guard fills afterwards): it is no error."""
+    buf = arrays[op.attr("buffer")]
+    axes = m.prog.buffer(op.attr("buffer")).axes
+    at = dict(zip(op.attr("view"), indices))
+    ok = m.in_bounds(op.axes)
+    for a, idx in at.items():
+        ok = ok & (idx >= 0) & (idx < m.sizes[a])
+    value = buf[tuple(np.where(ok, at[a] if a in at else m.index(a), 0) for a in axes)]
     return np.where(ok, value, np.zeros((), buf.dtype))
 
 

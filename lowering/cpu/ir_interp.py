@@ -125,6 +125,8 @@ def _op(f: Frame, op: Op, args: list):
     t = f.kernel.type_of(op.results[0]) if op.results else None
     if kind == "load" and op.attr("take") is not None:
         return _take(f, op, args[0])
+    if kind == "load" and op.attr("view") is not None:
+        return _view(f, op, args)
     if kind == "scatter_add":
         return _scatter_add(f, op, *args)
     if kind == "load":
@@ -206,6 +208,20 @@ def _take(f: Frame, op: Op, idx: np.ndarray) -> np.ndarray:
                   for a in buf.axes)
     source = f.arrays[buf.name]
     return np.where(ok, source[where], np.zeros((), source.dtype))
+
+
+def _view(f: Frame, op: Op, indices) -> np.ndarray:
+    """A reshape's load: the buffer at the index operands along the axes `view` names,
+    the frame's positions along the others; an index outside its axis reads 0."""
+    buf = f.kernel.buffer(op.attr("buffer"))
+    at = dict(zip(op.attr("view"), indices))
+    ok = f.inside(f.kernel.type_of(op.result).axes)
+    for a, idx in at.items():
+        ok = ok & (idx >= 0) & (idx < f.sizes[a])
+    source = f.arrays[buf.name]
+    picked = source[tuple(np.where(ok, at[a] if a in at else f.index(a), 0)
+                          for a in buf.axes)]
+    return np.where(ok, picked, np.zeros((), source.dtype))
 
 
 def _scatter_add(f: Frame, op: Op, src: np.ndarray, idx: np.ndarray) -> None:

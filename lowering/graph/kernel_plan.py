@@ -8,6 +8,7 @@ from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
 from plait.dsl.cumulative import is_scan
+from plait.dsl.reshape import RESHAPES
 from plait.dsl.select import is_pair
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule
@@ -84,6 +85,14 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
     # A table take reads is addressed by index, and a scatter_add's result by index too:
     # neither's own axes are walked (its operands' are).
     masks |= {n.inputs[0].uid for n in nodes if n.op == "take"}
+    # A reshape (split_axis, slice, ...) reads its operand at remapped indices: an operand
+    # only reshapes read is not walked either (the reshape's own axes are).
+    users: dict[int, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            users.setdefault(i.uid, []).append(n)
+    masks |= {n.uid for n in nodes if (n.op == "input" or n.op in RESHAPES) and
+              users.get(n.uid) and all(u.op in RESHAPES for u in users[n.uid])}
     for n in nodes:
         if n.uid in masks or n.op == "scatter_add":
             continue

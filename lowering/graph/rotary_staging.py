@@ -8,6 +8,11 @@ another block, holds. A tensor in memory can be read at any index, so rotate_hal
 `rotate_half(dout * sin)`) is written to a temporary by a kernel of its own first, and
 the rotation loads that temporary.
 
+The reshapes (split_axis, merge_axes, shift: dsl/reshape.py) are the same kind of read:
+one of an input, or a chain of them down to an input, is a load at remapped indices;
+one of a computed value reads it from a temporary (the simplest correct rule: the
+producer's kernel writes it once, whatever positions the remapping reads).
+
 The temporary holds the operand in its own dtype (bf16 for a bf16 algorithm), as the
 contraction temporaries do; a schedule's `storage:` entry for the buffer may say fp32.
 """
@@ -15,11 +20,12 @@ from __future__ import annotations
 
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import Node, make_attrs, topo_order
+from plait.dsl.reshape import RESHAPES
 
 ROTATE = "rotate_half"
 # Ops that read their first operand at remapped positions, and their temporaries' names:
 # `take` reads a table row by row at indices, so a computed table is staged the same way.
-MOVED = {ROTATE: "rot", "take": "table"}
+MOVED = {ROTATE: "rot", "take": "table", **{op: "view" for op in RESHAPES}}
 
 
 def _check_even(n: Node, sizes: dict[str, int]) -> None:
@@ -45,10 +51,12 @@ def stage_rotations(name: str, staged: list[tuple[str, Node]], outputs: dict[str
             if n.uid in memo:
                 continue
             ins = tuple(memo[i.uid] for i in n.inputs)
-            if n.op in MOVED:
+            if n.op in MOVED or n.op in RESHAPES:
                 if n.op == ROTATE:
                     _check_even(n, sizes)
-                if ins[0].op != "input":
+                # a reshape of a reshape of an input is one remapped load of the input
+                view = n.op in RESHAPES and ins[0].op in RESHAPES
+                if ins[0].op != "input" and not view:
                     if ins[0].uid not in temps:    # rotated twice, written once
                         buf = f"{name}.{MOVED[n.op]}{len(temps)}"
                         done.append((buf, ins[0]))

@@ -60,6 +60,7 @@ def simt_loop(ops: list[TileOp], walk, layouts: SimtLayouts) -> list[TileOp]:
     for op in ops:
         after = max((ready[a] for a in op.args), key=_ORDER.get, default="pre")
         touches = axis in op.axes or (op.op in ("load", "store", "atomic_add", "scatter_add")
+                                      and op.attr("view") is None
                                       and axis in layouts.buffers[op.attr("buffer")].axes)
         carried = op.op in REDUCE_OPS and op.attr("axis") == axis
         where = "loop" if touches or carried else after

@@ -144,6 +144,8 @@ class _Lowering:
         if op.attr("take") is not None and self.lay.col is not None and \
                 self.lay.col.axis in self.k.type_of(op.args[0]).axes:
             vec = 1            # the row changes along the vector: one element at a time
+        if op.attr("view") is not None:
+            vec = 1            # remapped indices: one element at a time
         return vec
 
     def walk(self, loop: Op) -> None:
@@ -302,8 +304,9 @@ def _stage_streamed_loads(body: Block, k: Kernel, layout: Layout, start: int):
             return op
         buf = k.buffer(op.attr("buffer"))
         if layout.loop.axis not in buf.axes or op.attr("rotate") is not None \
-                or op.attr("take") is not None:
-            return op          # a rotated row is read by registers; a taken one needs its index
+                or op.attr("take") is not None or op.attr("view") is not None:
+            # a rotated row is read by registers; a taken or viewed one needs its indices
+            return op
         if op.attr("vector") * buf.dtype.itemsize not in (4, 8, 16):
             return op          # cp.async copies 4, 8 or 16 bytes
         staged = _set(op, staged=slot)

@@ -116,7 +116,10 @@ class _Checker:
             if extra:
                 self.fail(op, f"stores a value over {sorted(extra)} into {buf.name}"
                               f"[{','.join(buf.axes)}]")
-        if op.name == "load" and len(op.args) != (op.attr("take") is not None):
+        if op.name == "load" and op.attr("view") is not None:
+            if len(op.args) != len(op.attr("view")):
+                self.fail(op, "a view load takes one index operand per axis of its view")
+        elif op.name == "load" and len(op.args) != (op.attr("take") is not None):
             self.fail(op, "a load takes an index operand exactly when it is a take")
         if op.name == "dot":
             self.dot(op, args)

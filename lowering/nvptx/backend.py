@@ -259,6 +259,8 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
         shape = self.frag_shape(op.axes)
         args = [self.values[a] for a in op.args]
         if kind == "load":
+            if op.attr("view") is not None:
+                return gather.view_load(self, op)
             return gather.take_load(self, op) if op.attr("take") else self._load(op)
         if kind == "scatter_add":
             gather.scatter_add(self, op, *args)

@@ -1,5 +1,5 @@
-"""LLVM emission of take's indexed load and scatter_add's indexed atomic add (the spec
-is lowering/cpu/gather.py, which the CPU executor runs).
+"""LLVM emission of take's indexed load, the reshapes' view load and scatter_add's
+indexed atomic add (the spec is lowering/cpu/gather.py, which the CPU executor runs).
 
 The index (int32 or int64) is compared with the axis's size as an unsigned 64-bit
 number, so a negative index is out of range too; an out-of-range element's load or add
@@ -40,6 +40,25 @@ def take_load(em, op) -> np.ndarray:
             regs = asm_load_words(em.b, em.address(buf, r, c, v0, 0, {axis: row}), mask, vec,
                                   buf.dtype, em._cache_hint(buf))
             em.unpack(out, (r, c, v0), regs, vec, buf.dtype)
+    return out
+
+
+def view_load(em, op) -> np.ndarray:
+    """A reshape's load (lowering/cpu/gather.py view_load is its spec): one element at a
+    time, at the index operands along the axes `view` names; an index outside its axis
+    is predicated off (reads 0) and addressed at 0."""
+    buf = em.prog.buffer(op.attr("buffer"))
+    shape = em.frag_shape(op.axes)
+    indices = [np.broadcast_to(em.values[a], shape) for a in op.args]
+    out = np.empty(shape, dtype=object)
+    for r, c, v in itertools.product(*(range(n) for n in shape)):
+        at, oks = {}, [em.in_bounds(op.axes, r, c, v)]
+        for axis, idx in zip(op.attr("view"), indices):
+            at[axis], ok = _row(em, idx[r, c, v], axis)
+            oks.append(ok)
+        regs = asm_load_words(em.b, em.address(buf, r, c, v, 0, at), mask_and(em.b, oks), 1,
+                              buf.dtype, em._cache_hint(buf))
+        em.unpack(out, (r, c, v), regs, 1, buf.dtype)
     return out
 
 

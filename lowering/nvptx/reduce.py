@@ -49,7 +49,7 @@ class ReductionEmitter:
         tile = L.i32(self.lay.loop.tile)
         self.loop_count = b.select(b.icmp_unsigned("<", remaining, tile), remaining, tile)
         streamed = [op for op in body if op.op == "load" and op.attr("take") is None
-                    and axis in self.prog.buffer(op.attr("buffer")).axes] if depth else []
+                    and op.attr("view") is None and axis in self.prog.buffer(op.attr("buffer")).axes] if depth else []
         staged = [op for op in streamed if op.attr("staged") is not None]
         streamed = [op for op in streamed if op.attr("staged") is None]
         first = {op.id: [self._load(op, ahead=("first", k)) for k in range(depth)]

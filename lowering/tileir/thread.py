@@ -144,6 +144,8 @@ def build_thread_program(tile: TileProgram, layout: Layout, sizes: dict[str, int
             if op.attr("take") is not None and layout.col is not None and \
                     layout.col.axis in tile_ops_by_id[op.args[0]].axes:
                 vec = 1       # the row changes along the vector: one element at a time
+            if op.attr("view") is not None:
+                vec = 1       # remapped indices: one element at a time
             remap[op.id] = emit(op, args, vector=vec)
         elif op.op in REDUCE_OPS:
             group = [op]
@@ -212,7 +214,8 @@ def _stage_streamed_loads(ops: list[TileOp], layout: Layout, buffers, start: int
     for op in ops:
         buf = buffers[op.attr("buffer")] if op.op == "load" else None
         if buf is None or op.attr("region") != "loop" or layout.loop.axis not in buf.axes \
-                or op.attr("rotate") is not None or op.attr("take") is not None:
+                or op.attr("rotate") is not None or op.attr("take") is not None \
+                or op.attr("view") is not None:
             # a rotated row is read by registers; a taken one needs its index first
             out.append(op)
             continue
@@ -242,7 +245,7 @@ def _place_in_loop(ops: list[TileOp], axis: str, buffers, name: str) -> list[Til
     ready: dict[int, str] = {}
     for op in ops:
         after = max((ready[a] for a in op.args), key=_ORDER.get, default="pre")
-        touches = axis in op.axes or (op.op in ("load", "store")
+        touches = axis in op.axes or (op.op in ("load", "store") and op.attr("view") is None
                                       and axis in buffers[op.attr("buffer")].axes)
         where = "loop" if touches or op.op == "loop_acc" else after
         if where == "loop" and after == "post":

@@ -14,16 +14,18 @@ from plait.dsl.dtypes import DType
 from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS, Node, topo_order
 from plait.dsl.cumulative import is_scan
+from plait.dsl.reshape import RESHAPES
 from plait.dsl.select import is_pair
 
 from ..artifact import Buffer
 from ..graph.kernel_plan import REDUCE_OPS, KernelGraph, KernelPlan
 from ..graph.policy import ResolvedPolicy
 from .scan_combine import combine_program
+from .view_load import chain_to_input, view_load
 
 IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
 # Ops that read their first operand at other positions (their other operands plainly).
-REMAPPED = ("rotate_half", "blocked", "take")
+REMAPPED = ("rotate_half", "blocked", "take") + RESHAPES
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,10 @@ class _Builder:
         # reduction costs occupancy, and operands needed only after it (LayerNorm's w and
         # b) would otherwise stay live through it. Other blocks on the SM hide the latency.
         for n in nodes:
+            if n.op in RESHAPES:         # one load through the chain, where it is read
+                if n.uid in plain:
+                    self.value[n.uid] = self._view_load(n)
+                continue
             if n.op in ("rotate_half", "blocked"):
                 self.value[n.uid] = self._lower(n)
                 continue
@@ -174,6 +180,15 @@ class _Builder:
                            blocks=n.attr("blocks"), block=n.attr("size"))
         self.value[n.uid] = self._to_register(loaded, n.axes, src.dtype)
         return self.value[n.uid]
+
+    def _view_load(self, n: Node) -> int:
+        """split_axis, merge_axes, shift (or a chain of them) of a tensor in memory: a load
+        at remapped indices (tileir/view_load.py)."""
+        chain = chain_to_input(n)
+        if chain[-1].inputs[0].op != "input":
+            raise PlaitError(f"{n.op} of a computed value reached the tile program unstaged "
+                             "(lowering/graph/rotary_staging.py stages it)", n.loc)
+        return view_load(self, n)
 
     def _take_load(self, n: Node) -> int:
         """take of a tensor in memory: a load over the result's axes whose row along the
