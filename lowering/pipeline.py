@@ -284,7 +284,8 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     written (joined, a second `.version` line is a parse error)."""
     from .ir.build import build_program
     from .ir.printer import kernel_text
-    from .nvptx.backend import emit_llvm_ir, llvm_to_ptx
+    from .nvptx.backend import emit_llvm_ir
+    from .nvptx.ptx_text import llvm_to_ptx
     from .nvptx.ir_simt import emit_ir_llvm, ir_simt_enabled
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}

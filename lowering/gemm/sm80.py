@@ -45,7 +45,7 @@ def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
 def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
     """PTX with the block size declared, so ptxas may give each thread up to 255 registers
     (the accumulators stay in registers)."""
-    from ..nvptx.backend import launch_bounds, llvm_to_ptx
+    from ..nvptx.ptx_text import launch_bounds, llvm_to_ptx
     return launch_bounds(llvm_to_ptx(llvm_ir, g.target), entry, g.threads, 1)
 
 

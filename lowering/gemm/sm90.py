@@ -62,7 +62,7 @@ def kernel_args(g: GemmProgram) -> tuple[KernelArg, ...]:
 def gemm_ptx(llvm_ir: str, g: GemmProgram, entry: str) -> str:
     """PTX with the block size and one block per SM declared: ptxas then caps registers
     at entry, which `setmaxnreg` needs to move registers between the warpgroups."""
-    from ..nvptx.backend import launch_bounds, llvm_to_ptx
+    from ..nvptx.ptx_text import launch_bounds, llvm_to_ptx
     return launch_bounds(llvm_to_ptx(llvm_ir, g.target), entry, g.threads, 1)
 
 

@@ -17,7 +17,8 @@ from llvmlite import ir
 from plait.dsl.dtypes import DType
 
 from . import ops as L
-from . import gather, ptx_pool
+from . import gather
+from .ptx_text import launch_bounds, llvm_to_ptx
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
@@ -31,7 +32,6 @@ from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .ptx_memory import asm_store_words as _asm_store_words
-from ..target import get_target
 from ..tileir.scan import SCAN_STEPS
 from ..tileir.thread import ThreadProgram, pair_step
 from ..tileir.tile import register_dtype
@@ -41,27 +41,6 @@ from ..tileir.tile import register_dtype
 def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
     ptx = llvm_to_ptx(emit_llvm_ir(prog, entry, target), target)
     return launch_bounds(ptx, entry, prog.layout.threads, prog.layout.occupancy)
-
-
-def launch_bounds(ptx: str, entry: str, threads: int, occupancy: int | None) -> str:
-    """With an occupancy asked for, tell ptxas the block size and blocks per SM to fit, so
-    it caps registers for them (alone, .maxntid makes ptxas guess an occupancy itself).
-    Blocks of more than 256 threads always state their size: 255 registers per thread
-    would not fit one such block in the register file, and the launch would fail."""
-    if not occupancy and threads <= 256:
-        return ptx
-    head = f".entry {entry}("
-    start = ptx.index(head)
-    body = ptx.index("\n{", start)
-    directives = f"\n.maxntid {threads}, 1, 1"
-    if occupancy:
-        directives += f"\n.minnctapersm {occupancy}"
-    return ptx[:body] + directives + ptx[body:]
-
-
-def llvm_to_ptx(llvm_ir: str, target: str) -> str:
-    """Optimised PTX, made in a worker process (ptx_pool says why)."""
-    return ptx_pool.to_ptx(llvm_ir, target, get_target(target).ptx_feature)
 
 
 def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:

@@ -14,7 +14,8 @@ import os
 
 from ..ir.nodes import Kernel, Op
 from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view
-from .backend import _Emitter, launch_bounds, llvm_to_ptx
+from .backend import _Emitter
+from .ptx_text import launch_bounds, llvm_to_ptx
 
 
 def ir_simt_enabled() -> bool:

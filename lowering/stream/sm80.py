@@ -53,7 +53,7 @@ from ..tileir.tile_stream import loop_body
 
 def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
     """PTX with the block size stated, so ptxas may give each thread up to 255 registers."""
-    from ..nvptx.backend import launch_bounds, llvm_to_ptx
+    from ..nvptx.ptx_text import launch_bounds, llvm_to_ptx
     return launch_bounds(llvm_to_ptx(llvm_ir, sk.target), entry, sk.threads, 1)
 
 
