@@ -211,8 +211,8 @@ def simt_kernel(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], alig
 
 def _simt_ptx(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligned: bool,
               entry: str, target: str) -> str:
-    """A SIMT kernel's PTX: from its thread program, or (PLAIT_IR_SIMT=1, the switch of
-    the one IR's SIMT path, off by default) from its thread-level IR."""
+    """A SIMT kernel's PTX: from its thread-level IR (PLAIT_IR_SIMT=0: from its thread
+    program, the path being retired)."""
     from .nvptx.ir_simt import emit_ir_ptx, ir_simt_enabled
     if ir_simt_enabled():
         return emit_ir_ptx(simt_kernel(t, tile, sizes, aligned, target), None, entry)

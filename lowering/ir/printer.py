@@ -17,7 +17,8 @@ from .nodes import Block, Kernel, Op
 def kernel_text(k: Kernel) -> str:
     grid = ", ".join(f"{a}:{t}" for a, t in k.grid) or "-"
     lines = [f"kernel {k.name} ({k.path} on {k.target}) grid({grid}) threads {k.threads}"]
-    lines += [f"  attr {key} = {value}" for key, value in k.attrs]
+    lines += [f"  attr {key} = {value.text() if hasattr(value, 'text') else _show(value)}"
+              for key, value in k.attrs]
     lines += [f"  arg {b.name} : {b.role} {b.dtype}[{','.join(b.axes)}]" for b in k.buffers]
     lines += [f"  arg {name} : scalar {dt}" for name, dt in k.scalars]
     _block(k, k.body, 1, lines)

@@ -5,8 +5,9 @@ looped axis, emitted by the loop machinery of `reduce.py` with each `accumulate`
 one index into its carried accumulator. The op handlers (backend.py, reduce.py,
 arg_reduce.py, gather.py) see each IR op through `ir/thread_view.py`.
 
-Switched by PLAIT_IR_SIMT=1 (off by default); tests/lowering/test_ir_simt_emit.py checks
-the LLVM IR equals the emitter of thread programs byte for byte.
+The default since 2026-12-07 (PLAIT_IR_SIMT=0 goes back to the thread-program emitter
+until that path is deleted): tests/lowering/test_ir_simt_emit.py checks the LLVM IR
+equals the thread-program emitter's byte for byte, and the PTX corpus is identical.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .ptx_text import launch_bounds, llvm_to_ptx
 
 
 def ir_simt_enabled() -> bool:
-    return os.environ.get("PLAIT_IR_SIMT", "0") == "1"
+    return os.environ.get("PLAIT_IR_SIMT", "1") != "0"
 
 
 def emit_ir_llvm(k: Kernel, size_args: tuple[str, ...] | None, entry: str) -> str:

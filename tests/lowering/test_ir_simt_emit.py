@@ -1,4 +1,4 @@
-"""The SIMT path through the IR (PLAIT_IR_SIMT=1): the thread-level pass
+"""The SIMT path through the IR (the default; PLAIT_IR_SIMT=0 is the old path): the thread-level pass
 (`ir/simt_threads.py`) over the IR builder's kernel, emitted by `nvptx/ir_simt.py`, writes
 the same LLVM IR, byte for byte, as the emitter of thread programs, with the same kernel
 arguments and shared memory, for every SIMT kernel of every example and its gradient
