@@ -64,6 +64,11 @@ def scalar_value(param, value):
     if param.dtype is not None and not param.dtype.is_float:
         if float(value) != int(value):
             raise PlaitError(f"argument {param.name!r} is an integer; got {value!r}")
+        info = np.iinfo(param.dtype.numpy) if param.dtype != DType.BOOL else None
+        if info is not None and not info.min <= int(value) <= info.max:
+            raise PlaitError(f"argument {param.name!r} is {param.dtype}: {int(value)} is outside "
+                             f"[{info.min}, {info.max}] (a 32-bit pattern such as a seed "
+                             "passes as its signed value)")
         return int(value)
     return float(value)
 

@@ -39,7 +39,9 @@ def _common(p: argparse.ArgumentParser, shapes: bool = True, many: bool = False)
                            help="axis extents; given several times, one schedule for all "
                            "(the least geometric-mean loss; the file says each shape's)")
         else:
-            p.add_argument("--shape", default="", metavar="AXIS=N,...", help="axis extents")
+            # several --shape options add up (the last one alone would win in silence)
+            p.add_argument("--shape", action="append", metavar="AXIS=N,...",
+                           help="axis extents; may be given several times")
         p.add_argument("--dtype", help="storage dtype of every input that declares none (else "
                        "the schedule's, else bf16 for a contraction, fp32 otherwise)")
         p.add_argument("--scalar", default="", metavar="NAME=V,...", help="scalar arguments")
@@ -109,7 +111,9 @@ def _dtypes(algo, args, schedule) -> dict:
     return out
 
 
-def _sizes(algo, text: str, device: str) -> dict[str, int]:
+def _sizes(algo, text: str | list[str] | None, device: str) -> dict[str, int]:
+    if isinstance(text, list):
+        text = ",".join(text)
     sizes = default_sizes(algo.axis_order, small=(device == "cpu"))
     for axis, value in parse_pairs(text, "--shape").items():
         if axis not in sizes:
@@ -268,6 +272,8 @@ def cmd_compile(args) -> int:
     for k in program.kernels:
         grid = " ".join(f"{a}/{t}" for a, t in k.grid) or "1"
         print(f"kernel {k.name}: entry {k.entry}, {k.threads} threads, grid {grid}")
+    for line in cli_report.wave_lines(program, sizes, args.target, api._multiprocessors()):
+        print(line)
     for line in cli_report.ptxas_lines(program, args.target):
         print(line)
     return 0

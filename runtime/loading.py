@@ -85,6 +85,8 @@ def parse_pairs(text: str, option: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise PlaitError(f"{option}: expected NAME=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise PlaitError(f"{option}: {key.strip()} is given twice")
         out[key.strip()] = value.strip()
     return out
 

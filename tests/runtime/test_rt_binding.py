@@ -228,3 +228,21 @@ def test_a_shipped_schedule_for_another_algorithm_of_the_same_name_is_not_applie
     shipped = shipped_folder() / "sm_90" / "causal_softmax.yaml"
     with pytest.raises(ScheduleError, match="unknown axis 'M'"):
         plait.run(causal_softmax, x, device="cpu", schedule=str(shipped))
+
+
+@pytest.mark.parametrize("value,fits", [(2**31 - 1, True), (-2**31, True), (2**31, False),
+                                        (-2**31 - 1, False), (2**40, False)])
+def test_an_int32_scalar_out_of_range_is_refused_by_name(value, fits):
+    """A Python int past int32 was a raw numpy OverflowError deep in the executor."""
+    from plait.dsl import Tensor, algorithm
+
+    @algorithm
+    def shift(x: Tensor["N"], k: int = 3):
+        return x + k
+    x = np.arange(-3, 4, dtype=np.int32)
+    if fits:
+        got = plait.run(shift, x=x, k=value, device="cpu")
+        np.testing.assert_array_equal(got, (x.astype(np.int64) + value).astype(np.int32))
+        return
+    with pytest.raises(PlaitError, match=r"argument 'k' is int32: .* is outside"):
+        plait.run(shift, x=x, k=value, device="cpu")

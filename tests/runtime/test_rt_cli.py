@@ -1,4 +1,5 @@
 """The `plait` command: argument parsing, loading algorithms, the run verdict line."""
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -80,6 +81,8 @@ def test_parse_pairs_and_sizes():
     assert loading.parse_pairs("", "--shape") == {}
     with pytest.raises(PlaitError, match="--shape: expected NAME=VALUE, got 'M'"):
         loading.parse_pairs("M", "--shape")
+    with pytest.raises(PlaitError, match="--shape: M is given twice"):
+        loading.parse_pairs("M=3,N=4,M=5", "--shape")
     small = loading.default_sizes(("M", "N", "Q"), small=True)
     assert small == {"M": 67, "N": 301, "Q": 37}
     assert all(n % 2 == 1 or n == 64 or n == 2 for n in loading.SMALL.values())
@@ -90,7 +93,7 @@ def test_parser_accepts_the_documented_options():
     a = p.parse_args(["run", "f.py:x", "--schedule", "s.yaml", "--device", "cpu", "--shape",
                       "M=3,N=4", "--dtype", "bf16", "--scalar", "eps=1e-6", "--seed", "3"])
     assert (a.command, a.file, a.schedule, a.device, a.shape, a.dtype, a.scalar, a.seed) == (
-        "run", "f.py:x", "s.yaml", "cpu", "M=3,N=4", "bf16", "eps=1e-6", 3)
+        "run", "f.py:x", "s.yaml", "cpu", ["M=3,N=4"], "bf16", "eps=1e-6", 3)
     a = p.parse_args(["compile", "f.py", "--target", "sm_80", "--dump", "out"])
     assert (a.target, a.dump) == ("sm_80", "out")
     assert p.parse_args(["grad", "f.py", "--wrt", "x,w"]).wrt == "x,w"
@@ -160,7 +163,7 @@ def test_compile_dump_writes_every_stage(algo_file, tmp_path, monkeypatch, capsy
     monkeypatch.setattr(pipeline, "dump_stages", lambda g, s, sizes, aligned, target: {
         "algorithm": g.text(), "kernels": "k", "ptx": {"first": "// ptx"}})
     monkeypatch.setattr("plait.runtime.api.compile", lambda *a, **k: type(
-        "P", (), {"kernels": ()})())
+        "P", (), {"kernels": (), "derived": ()})())
     out = tmp_path / "dump"
     assert cli.main(["compile", algo_file, "--dump", str(out), "--shape", "M=3,N=4"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["00_algorithm.txt", "01_kernels.txt",
@@ -184,3 +187,25 @@ def test_console_entry_point_runs(algo_file):
     proc = subprocess.run([sys.executable, "-m", "plait.runtime.cli", "grad", algo_file + ":nope"],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "plait grad: error:" in proc.stderr
+
+
+def test_compile_adds_up_shape_options_and_reports_waves(capsys):
+    """`--shape M=3072 --shape N=768`: both apply (the last one alone used to win, in
+    silence); each kernel's blocks are set against the target's SMs: a 3072 x 768 product
+    in 128 x 256 tiles is 72 blocks on sm_90a's 132 SMs, one wave 0.55 full."""
+    import re
+    from plait.lowering.target import get_target
+    path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "matmul.py")
+    assert cli.main(["compile", path, "--target", "sm_90a", "--shape", "M=3072",
+                     "--shape", "N=768", "--shape", "K=3072"]) == 0
+    out = capsys.readouterr().out
+    grid = dict((a, int(t)) for a, t in re.findall(r"(\w)/(\d+)", out.split("grid ")[1]
+                                                       .splitlines()[0]))
+    blocks = -(-3072 // grid["M"]) * -(-768 // grid["N"])
+    sms = get_target("sm_90a").sms
+    line = next(x for x in out.splitlines() if x.startswith("waves matmul:"))
+    assert f"{blocks} blocks on {sms} SMs x 1 " in line
+    waves = -(-blocks // sms)
+    assert f"{blocks / (waves * sms):.2f} of the slots busy" in line
+    if grid == {"M": 128, "N": 256}:
+        assert "72 blocks" in line and "0.55 of the slots busy" in line
