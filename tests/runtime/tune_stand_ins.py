@@ -53,3 +53,18 @@ class CpuPair:
 def timer_calls(path) -> list[int]:
     """The pids of the timer calls logged so far."""
     return [int(line) for line in open(path)] if os.path.exists(path) else []
+
+
+class NumpyMatmulPair(CpuPair):
+    """A cheaper stand-in for matmul alone: numpy computes the product (so the check still
+    runs) and the timer sleeps; for tests of speed-up, where CPU-bound runs on a shared
+    machine would not scale."""
+
+    def __call__(self, algo, graph, target):
+        import numpy as np
+        _, timer = super().__call__(algo, graph, target)
+
+        def runner(schedule, inputs):
+            return {"out": np.asarray(inputs["a"], np.float64) @ np.asarray(inputs["b"],
+                                                                            np.float64)}
+        return runner, timer
