@@ -99,7 +99,8 @@ def candidate_of(trial: Trial) -> tuple[str, str]:
         kernel = "contraction"
     else:
         kernel = ",".join(sorted(trial.kernels or {}))
-    return kernel, json.dumps(trial.keys, sort_keys=True)
+    return kernel, json.dumps(trial.keys)    # key order kept: a recalled winner is
+                                              # written as the file measured was
 
 
 class TuneDB:
@@ -148,7 +149,8 @@ class TuneDB:
     def _verified(self, con, table: str, fields, where: str, args) -> tuple[list[dict], bool]:
         """(the rows matching `where` that pass their HMAC, whether any failed). A failing
         row (edited by hand, or copied from another user) is deleted."""
-        rows = con.execute(f"SELECT rowid, {', '.join(fields)}, mac FROM {table} WHERE {where}",
+        rows = con.execute(f"SELECT rowid, {', '.join(fields)}, mac FROM {table} WHERE {where} "
+                           "ORDER BY rowid",
                            args).fetchall()
         good, bad = [], []
         for r in rows:
