@@ -110,7 +110,8 @@ def cmd_tune(args) -> int:
         recalled.append(hit)
         return result
     common = dict(algo_spec=args.file, workers=args.workers, progress=progress)
-    runner, timer = gpu_runner(algo, graph), gpu_timer(algo)
+    # made on first use: an answer from the database touches no CUDA context
+    runner, timer = _lazy(lambda: gpu_runner(algo, graph)), _lazy(lambda: gpu_timer(algo))
     try:
         if len(shapes) > 1:
             sr = tune_shapes(algo, shapes, dtypes, arch, runner, timer, args.budget,
@@ -131,3 +132,13 @@ def cmd_tune(args) -> int:
     print(f"best {best.ms:.4f} ms, default {result.default_ms:.4f} ms{source}: {path}")
     return 0
 
+
+
+def _lazy(make):
+    made = []
+
+    def call(*args):
+        if not made:
+            made.append(make())
+        return made[0](*args)
+    return call

@@ -9,7 +9,8 @@ A row is keyed by (algorithm fingerprint, kernel, target, driver version, shape 
 candidate) and holds the measured time, whether it was checked against the float64
 reference, and where it was measured (GPU, host, date). A finished search is also kept as
 a `runs` row (its default time, exact sizes and dtypes), so that a repeated `plait tune`
-of the same algorithm, target, driver and bucket answers from here: no compile, no timing.
+of the same algorithm, target, driver and bucket answers from here: no compile, no timing
+(a search its budget cut short is no answer: it runs again, and is filed again).
 
 The algorithm fingerprint is sha256 of the traced graph's text (which holds its dtypes)
 and of the compiler's source fingerprint: a changed algorithm or compiler is tuned again.
@@ -229,6 +230,8 @@ class TuneDB:
             rows, bad_rows = self._verified(con, "results", RESULT_FIELDS, where, args)
             if not runs or bad_run or bad_rows:     # a partly forged search is no answer
                 return None
+            if any((r["error"] or "").startswith("not tried") for r in rows):
+                return None                          # cut short by its budget: measure again
         finally:
             con.close()
         run = runs[0]

@@ -54,9 +54,9 @@ class Counting:
         return stand_in_ms(schedule)
 
 
-def _search(counting, sizes=SIZES, **kw):
+def _search(counting, sizes=SIZES, budget_s=300, **kw):
     return tune_or_recall(tuned_mm, sizes, DTYPES, "sm_90a", counting.runner, counting.timer,
-                          budget_s=300, driver="12080", gpu="test GPU", **kw)
+                          budget_s=budget_s, driver="12080", gpu="test GPU", **kw)
 
 
 def test_the_bucket_rounds_each_size_up_to_a_power_of_two(rng):
@@ -174,3 +174,13 @@ def test_a_database_file_that_is_a_symlink_is_refused(space):
     db.path.symlink_to(space / "elsewhere.sqlite")
     with pytest.raises(PlaitError, match="not a regular file of the current user"):
         db.best_keys(tuned_mm.graph(DTYPES), "sm_90a", SIZES)
+
+
+def test_a_search_cut_short_by_its_budget_is_measured_again(space):
+    counting = Counting()
+    cut, _ = _search(counting, budget_s=0.0)
+    assert all(t.ms is None for t in cut.trials)
+    assert any(t.error == "not tried: over the time budget" for t in cut.trials)
+    timings = counting.timings
+    whole, recalled = _search(counting)
+    assert not recalled and counting.timings > timings + 2 and whole.best is not None

@@ -4,14 +4,14 @@ them against float64 and times them with a stand-in timer. The answers must equa
 of the same candidates evaluated in this process (where tests/conftest.py also compiles
 and assembles each program for sm_80 and sm_90a), the work must be spread over the
 workers, and a worker killed mid-run must lose no candidate."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from plait.dsl import DType, PlaitError
 from plait.runtime import tune as T
 from plait.runtime.tune_workers import WorkerPool, visible_devices
-
-from pathlib import Path
 
 from tune_stand_ins import CALLS_ENV, CpuPair, timer_calls
 
