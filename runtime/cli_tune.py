@@ -72,7 +72,7 @@ def cmd_tune(args) -> int:
     from . import api, driver
     from .cli import _dtypes, _sizes
     from .loading import load_algorithm
-    from .tune import gpu_runner, gpu_timer, tune
+    from .tune import gpu_runner, gpu_timer
     from .tune_output import target_path, write_schedule, write_shapes_schedule
     from .tune_recall import tune_or_recall
     from .tune_shapes import tune_shapes

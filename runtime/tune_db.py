@@ -7,10 +7,12 @@
 
 A row is keyed by (algorithm fingerprint, kernel, target, driver version, shape bucket,
 candidate) and holds the measured time, whether it was checked against the float64
-reference, and where it was measured (GPU, host, date). A finished search is also kept as
-a `runs` row (its default time, exact sizes and dtypes), so that a repeated `plait tune`
-of the same algorithm, target, driver and bucket answers from here: no compile, no timing
-(a search its budget cut short is no answer: it runs again, and is filed again).
+reference, and where it was measured (GPU, host, date). The kernel is `contraction` for a
+`contraction:` candidate (it sets every contraction kernel) and the streamed kernels' names
+for a `kernels:` one; the candidate is its schedule keys as JSON. A finished search is
+also kept as a `runs` row (its default time, exact sizes and dtypes), so that a repeated
+`plait tune` of the same algorithm, target, driver and bucket answers from here: no
+compile, no timing (a search its budget cut short is no answer: it runs again).
 
 The algorithm fingerprint is sha256 of the traced graph's text (which holds its dtypes)
 and of the compiler's source fingerprint: a changed algorithm or compiler is tuned again.
