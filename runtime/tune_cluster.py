@@ -44,6 +44,9 @@ class _Timing:
         self.checking = checking
         self.runner, self.timer = make(self.algo, self.graph, checking.target)
 
+    def ready(self) -> bool:
+        return True
+
     def trial(self, keys):
         from .tune import check_and_time, schedule_of
         trial = Trial(None)
@@ -99,6 +102,12 @@ class ClusterPool:
         cls = self.ray.remote(num_gpus=self.gpus, num_cpus=1, max_restarts=0)(_Timing)
         self.actors = [cls.remote(self.algo_spec, self.make, checking)
                        for _ in range(self.count)]
+        try:                      # an actor that cannot set up says why, here
+            self.ray.get([a.ready.remote() for a in self.actors])
+        except self.ray.exceptions.RayActorError as e:
+            self.close()
+            raise PlaitError("plait tune --cluster: a timing actor could not start ("
+                             + " | ".join(str(e).splitlines()[-3:]) + ")") from None
         self._checking = checking
 
     def default_ms(self, checking) -> float | None:
