@@ -30,8 +30,8 @@ from .loading import default_sizes, load_algorithm, make_inputs, parse_pairs
 
 
 def _common(p: argparse.ArgumentParser, shapes: bool = True, many: bool = False) -> None:
-    p.add_argument("file", metavar="FILE.py[:NAME]", help="the algorithm's file, and its name "
-                   "when the file holds several")
+    p.add_argument("file", metavar="FILE.py[:NAME]", nargs="?" if many else None,
+                   help="the algorithm's file, and its name when the file holds several")
     if shapes:
         p.add_argument("--schedule", help="schedule file (YAML or .py) or folder to search")
         if many:
@@ -73,17 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--dir", help="cache folder (default: $PLAIT_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/plait, else ~/.cache/plait)")
     cache.set_defaults(func=cmd_cache)
-    tune = sub.add_parser("tune", help="search the contraction and streamed-kernel schedules on "
-                          "the GPU and write the fastest correct one as "
-                          "schedules/<arch>/<algorithm>.yaml")
-    _common(tune, many=True)
-    tune.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
-                      help="stop trying candidates after this long (default 120)")
-    tune.add_argument("--out", default="schedules", metavar="DIR",
-                      help="where <arch>/<algorithm>.yaml goes (default: ./schedules)")
-    tune.add_argument("--force", action="store_true", help="overwrite an existing file")
-    tune.add_argument("--workers", type=int, default=4, help="compile processes (default 4)")
-    tune.set_defaults(func=cmd_tune)
+    from .cli_tune import add_tune_parser
+    add_tune_parser(sub, _common)
     return parser
 
 
@@ -300,45 +291,6 @@ def cmd_cache(args) -> int:
         lines.append(f"removed {len(removed)} file{'s' * (len(removed) != 1)} from {where}")
     for line in lines:
         print(line)
-    return 0
-
-
-def cmd_tune(args) -> int:
-    from pathlib import Path
-
-    from . import api, driver
-    from .tune import gpu_runner, gpu_timer, tune
-    from .tune_output import target_path, write_schedule, write_shapes_schedule
-    from .tune_shapes import tune_shapes
-    algo = load_algorithm(args.file)
-    api.use_gpu("gpu", True)                # a clear error without a GPU
-    arch = api.gpu_target()
-    target_path(Path(args.out), algo.name, arch, args.force)   # refused before any work
-    dtypes = _dtypes(algo, args, api.resolve_schedule(algo, args.schedule, arch))
-    shapes = [_sizes(algo, text, "gpu") for text in args.shape or [""]]
-    graph = algo.graph(dtypes)
-    try:
-        from tqdm import tqdm
-
-        def progress(items, total):
-            return tqdm(items, total=total, desc=f"tuning {algo.name}", unit="schedule")
-    except ImportError:                      # the bar is the `tune` extra
-        progress = None
-    common = dict(algo_spec=args.file, workers=args.workers, progress=progress)
-    if len(shapes) > 1:
-        sr = tune_shapes(algo, shapes, dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
-                         args.budget, **common)
-        path = write_shapes_schedule(Path(args.out), sr, driver.device_name(), dtypes,
-                                     args.force)
-        worst = max(sr.costs, key=lambda c: c.sacrifice)
-        print(f"one schedule for {len(shapes)} shapes, at most {100 * worst.sacrifice:.1f}% "
-              f"slower than a shape's own best: {path}")
-        return 0
-    result = tune(algo, shapes[0], dtypes, arch, gpu_runner(algo, graph), gpu_timer(algo),
-                  args.budget, **common)
-    path = write_schedule(Path(args.out), result, driver.device_name(), dtypes, args.force)
-    best = result.best
-    print(f"best {best.ms:.4f} ms, default {result.default_ms:.4f} ms: {path}")
     return 0
 
 

@@ -73,6 +73,10 @@ class Compiled(TorchPath):
         self.gpu = api.use_gpu(device, on_device)
         self.target = target or (self._gpu_target() if self.gpu else api.DEFAULT_TARGET)
         self.schedule = api.resolve_schedule(algo, schedule, self.target, self.graph)
+        if schedule is None and self.schedule is None and os.environ.get("PLAIT_TUNED"):
+            # opt-in: a tuned entry of the database (runtime/tune_recall.py)
+            from .tune_recall import tuned_schedule
+            self.schedule = tuned_schedule(algo, self.graph, self.sizes, self.target)
         binding.check_graph_dtypes(self.graph, infos)
         binding.check_storage(self.schedule, infos)
         # What the arguments were, kept as text and tuples: the handle holds no array alive.

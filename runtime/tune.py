@@ -16,7 +16,7 @@ algorithm), and each streamed kernel's rows per block, keys per step and rows pe
 (`kernels: {name: {grid, stream, warps}}`; attention forward and backward). Several
 streamed kernels are tuned one at a time, the others at their defaults, and the best of
 each are then tried together (their times add up). Generic kernels keep their schedule;
-one GPU times (several are not spread).
+one process times them, or one worker per GPU of the host (`tune_workers.py`).
 """
 from __future__ import annotations
 
@@ -194,19 +194,75 @@ def compile_all(algo_spec: str | None, dtypes, sizes, trials, target, workers: i
                 trial.error = f"compile: {err}"
 
 
-def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: float = 60.0,
-         seed: int = 0, algo_spec: str | None = None, workers: int = 1,
-         progress=None) -> TuneResult:
-    """Search as the module docstring says. `runner(schedule, inputs) -> {output: array}`
-    runs one candidate (schedule None: the default) and `timer(schedule, inputs) -> ms`
-    times it; `progress(iterable, total)` wraps the loop (a tqdm bar on the CLI)."""
+@dataclass
+class Checking:
+    """What a candidate is run on and checked against (sent whole to a worker process)."""
+    algorithm: str
+    target: str
+    sizes: dict
+    dtypes: dict                       # argument name -> dtype name
+    inputs: dict
+    reference: dict
+    tol: float
+
+
+def check_and_time(trial: Trial, schedule, runner, timer, checking: Checking) -> None:
+    """Run the candidate, compare each output with the float64 reference, and time it
+    only when it is correct; the trial says what happened."""
+    try:
+        out = runner(schedule, checking.inputs)
+    except PlaitError as e:
+        trial.error = f"run: {e}"
+        return
+    trial.rel_err = max(max_rel_err(out[o], checking.reference[o]) for o in checking.reference)
+    if not trial.rel_err <= checking.tol:
+        trial.error = f"wrong: max_rel_err {trial.rel_err:.3g} over {checking.tol:g}"
+        return
+    trial.ms = timer(schedule, checking.inputs)
+
+
+class InProcess:
+    """Candidates run, checked and timed one after another in this process (one GPU).
+    runtime/tune_workers.py spreads them over processes with the same two methods."""
+
+    def __init__(self, runner, timer, graph):
+        self.runner, self.timer, self.graph = runner, timer, graph
+
+    def default_ms(self, checking: Checking) -> float | None:
+        return self.timer(None, checking.inputs)
+
+    def evaluate(self, trials: list, checking: Checking, deadline: float, progress=None):
+        for trial in (progress(trials, len(trials)) if progress else trials):
+            if time.monotonic() > deadline:
+                trial.error = "not tried: over the time budget"
+                continue
+            schedule = schedule_of(self.graph, trial.contraction, trial.kernels)
+            check_and_time(trial, schedule, self.runner, self.timer, checking)
+
+
+def make_checking(algo, graph, sizes: dict, dtypes: dict, target: str, seed: int) -> Checking:
+    """Seeded random inputs (rounded to their storage dtypes) and the float64 reference."""
     from plait.dsl.reference import evaluate
-    graph = algo.graph(dtypes)
     rng = np.random.default_rng(seed)
     inputs = {p.name: rng.standard_normal([sizes[a] for a in p.axes]).astype(np.float32)
               .astype(dtypes[p.name].numpy) for p in algo.tensor_params}
     reference = evaluate(graph, inputs)
     tol = tolerance(list(dtypes.values()) + [n.dtype for n in graph.outputs.values()])
+    return Checking(algo.name, target, dict(sizes), {k: str(v) for k, v in dtypes.items()},
+                    inputs, {o: reference[o] for o in graph.outputs}, tol)
+
+
+def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: float = 60.0,
+         seed: int = 0, algo_spec: str | None = None, workers: int = 1,
+         progress=None, evaluator=None) -> TuneResult:
+    """Search as the module docstring says. `runner(schedule, inputs) -> {output: array}`
+    runs one candidate (schedule None: the default) and `timer(schedule, inputs) -> ms`
+    times it; `progress(iterable, total)` wraps the loop (a tqdm bar on the CLI).
+    `evaluator` runs, checks and times the candidates (default: `InProcess(runner, timer)`;
+    `tune_workers.WorkerPool` spreads them over a host's GPUs)."""
+    graph = algo.graph(dtypes)
+    checking = make_checking(algo, graph, sizes, dtypes, target, seed)
+    evaluator = evaluator or InProcess(runner, timer, graph)
     streams = [Trial(None, kernels=k) for k in stream_candidates(graph, sizes, target)]
     try:
         keys = candidates(graph, sizes, target)
@@ -217,34 +273,15 @@ def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: 
                              "and streamed schedules only") from None
         keys = []
     valid, refused = refuse_invalid(graph, sizes, target, keys + streams)
-    result = TuneResult(algo.name, target, dict(sizes), timer(None, inputs), refused)
+    result = TuneResult(algo.name, target, dict(sizes), evaluator.default_ms(checking), refused)
     compile_all(algo_spec, dtypes, sizes, valid, target, workers)
-    start = time.monotonic()
-
-    def attempt(trial: Trial) -> None:
-        result.trials.append(trial)
-        if trial.error is not None:
-            return
-        if time.monotonic() - start > budget_s:
-            trial.error = "not tried: over the time budget"
-            return
-        schedule = schedule_of(graph, trial.contraction, trial.kernels)
-        try:
-            out = runner(schedule, inputs)
-        except PlaitError as e:
-            trial.error = f"run: {e}"
-            return
-        trial.rel_err = max(max_rel_err(out[o], reference[o]) for o in graph.outputs)
-        if not trial.rel_err <= tol:
-            trial.error = f"wrong: max_rel_err {trial.rel_err:.3g} over {tol:g}"
-            return
-        trial.ms = timer(schedule, inputs)
-
-    for trial in (progress(valid, len(valid)) if progress else valid):
-        attempt(trial)
+    deadline = time.monotonic() + budget_s
+    result.trials.extend(valid)
+    evaluator.evaluate([t for t in valid if t.error is None], checking, deadline, progress)
     together = best_of_each_kernel(result.trials)
     if together is not None:
-        attempt(together)
+        result.trials.append(together)
+        evaluator.evaluate([together], checking, deadline)
     return result
 
 

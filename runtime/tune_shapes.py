@@ -74,11 +74,12 @@ def choose(results: list[TuneResult]) -> tuple[dict, list[ShapeCost]]:
 
 
 def tune_shapes(algo, shapes: list[dict], dtypes: dict, target: str, runner, timer,
-                budget_s: float = 60.0, **kwargs) -> ShapesResult:
-    """`tune` at each shape (budget shared evenly), then `choose`."""
+                budget_s: float = 60.0, search=tune, **kwargs) -> ShapesResult:
+    """`search` (`tune`, or one that files and recalls its results) at each shape (budget
+    shared evenly), then `choose`."""
     if not shapes:
         raise PlaitError("plait tune: no shape given")
-    results = [tune(algo, sizes, dtypes, target, runner, timer, budget_s / len(shapes),
+    results = [search(algo, sizes, dtypes, target, runner, timer, budget_s / len(shapes),
                     **kwargs) for sizes in shapes]
     keys, costs = choose(results)
     return ShapesResult(algo.name, target, results, keys, costs)
