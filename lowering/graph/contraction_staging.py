@@ -8,7 +8,9 @@ an earlier kernel writes:
   dy' is dout times the activation's derivative): the operand becomes a kernel, itself
   often a contraction with an epilogue;
 - a contraction whose result feeds a reduction (softmax over the scores of
-  `sum(q * k, over="D")`): the contraction is written out and the reduction reads it.
+  `sum(q * k, over="D")`): the contraction is written out and the reduction reads it;
+- contractions that one output combines elementwise (a gated MLP): all but the last
+  are written out, and the last one's epilogue reads them.
 
 The temporary holds the value in its dtype (bf16 for bf16 algorithms), as the operand
 of a tensor core must be.
@@ -47,7 +49,7 @@ def _ancestors(node: Node, boundary: set[int]) -> list[Node]:
     return out
 
 
-def _to_stage(nodes: list[Node]) -> list[Node]:
+def _to_stage(nodes: list[Node], roots: list[Node]) -> list[Node]:
     stage: dict[int, Node] = {}
     for n in nodes:
         if is_contraction(n):
@@ -61,7 +63,28 @@ def _to_stage(nodes: list[Node]) -> list[Node]:
                 if is_contraction(m):
                     stage.setdefault(m.uid, m)
     order = {n.uid: i for i, n in enumerate(nodes)}
+    _stage_sibling_contractions(roots, stage, order)
     return sorted(stage.values(), key=lambda n: order[n.uid])
+
+
+def _stage_sibling_contractions(roots: list[Node], stage: dict[int, Node],
+                                order: dict[int, int]) -> None:
+    """A kernel on tensor cores holds one contraction: where a kernel's value (an output,
+    or a temporary staged above) combines several elementwise (a gated MLP's
+    silu(x.w1) * (x.w3)), all but the last are written out and the last one's epilogue
+    reads them, instead of the whole kernel leaving tensor cores for partial sums over K."""
+    todo, done = list(roots) + list(stage.values()), set()
+    while todo:
+        root = todo.pop()
+        if root.uid in done:
+            continue
+        done.add(root.uid)
+        reach = _ancestors(root, set(stage)) + [root]
+        found = sorted({m.uid: m for m in reach if is_contraction(m) and (
+            m is root or m.uid not in stage)}.values(), key=lambda m: order[m.uid])
+        for m in found[:-1]:
+            stage.setdefault(m.uid, m)
+            todo.append(m)
 
 
 def stage_contractions(name: str, outputs: dict[str, Node]
@@ -69,7 +92,7 @@ def stage_contractions(name: str, outputs: dict[str, Node]
     """(temporaries in the order they are computed, as (buffer name, value); the outputs
     reading them). Without contractions to cut, ([], outputs)."""
     nodes = topo_order(list(outputs.values()))
-    stage = {n.uid for n in _to_stage(nodes)}
+    stage = {n.uid for n in _to_stage(nodes, list(outputs.values()))}
     if not stage:
         return [], outputs
     memo: dict[int, Node] = {}
