@@ -4,7 +4,8 @@ A streamed program's logits may end in where(cond, s, -inf) with cond a function
 positions and of integer inputs along one position axis (`mask=index`, tile_stream.py):
 causal, sliding window, prefix, document ids per token. Over one tile (rows lo..hi, keys
 lo..hi) each position is an interval, an input is the interval from its least to its
-greatest element over the tile's span, and so is every integer op of cond; a comparison
+greatest element over the tile's span, and so is every integer op of cond (an int32 result
+that may wrap is the whole int32 range: `interval_arith`); a comparison
 of two intervals is true throughout, false throughout, or neither. The kernel then skips
 a tile where cond is false throughout (nothing is loaded or computed: every score would
 be -inf) and drops the mask's arithmetic where it is true throughout. Ops the arithmetic
@@ -142,20 +143,8 @@ class TileMask:
         return None
 
     def _arith(self, kind, args):
-        b, intr = self.k.b, self.k.intr
-        if kind == "neg":
-            lo, hi = args[0][1:]
-            return ("num", L.unary(b, intr, "neg", hi), L.unary(b, intr, "neg", lo))
-        (_, alo, ahi), (_, blo, bhi) = args
-        if kind == "add":
-            return ("num", L.binary(b, intr, "add", alo, blo), L.binary(b, intr, "add", ahi, bhi))
-        if kind == "sub":
-            return ("num", L.binary(b, intr, "sub", alo, bhi), L.binary(b, intr, "sub", ahi, blo))
-        products = [L.binary(b, intr, "mul", x, y) for x in (alo, ahi) for y in (blo, bhi)]
-        lo, hi = products[0], products[0]
-        for p in products[1:]:
-            lo, hi = L.binary(b, intr, "minimum", lo, p), L.binary(b, intr, "maximum", hi, p)
-        return ("num", lo, hi)
+        return ("num", *interval_arith(self.k.b, self.k.intr, kind,
+                                       [a[1:] for a in args]))
 
     def _compare(self, kind, a, c):
         """a <op> c over intervals a = (lo, hi), c = (lo, hi)."""
@@ -266,6 +255,39 @@ class TileMask:
                       b.and_(inside, ok))
         visit(0, {}, _TRUE)
         return ("num", least, most)
+
+
+def interval_arith(b, intr, kind: str, args) -> tuple:
+    """(lo, hi) of `kind` (neg, add, sub, mul) over intervals `args` [(lo, hi), ...].
+
+    int32 arithmetic wraps (the DSL's definition), so a sum or product whose interval
+    leaves int32 holds wrapped values anywhere in it: the bounds are computed in 64 bits
+    (exact for int32 operands) and such an interval becomes the whole int32 range, which
+    decides nothing. fp32 intervals need no such care: rounding is monotone."""
+    wide = args[0][0].type == L.I32
+    if wide:
+        args = [(b.sext(lo, L.I64), b.sext(hi, L.I64)) for lo, hi in args]
+    if kind == "neg":
+        lo, hi = args[0]
+        lo, hi = L.unary(b, intr, "neg", hi), L.unary(b, intr, "neg", lo)
+    elif kind == "add":
+        (alo, ahi), (blo, bhi) = args
+        lo, hi = L.binary(b, intr, "add", alo, blo), L.binary(b, intr, "add", ahi, bhi)
+    elif kind == "sub":
+        (alo, ahi), (blo, bhi) = args
+        lo, hi = L.binary(b, intr, "sub", alo, bhi), L.binary(b, intr, "sub", ahi, blo)
+    else:
+        (alo, ahi), (blo, bhi) = args
+        products = [L.binary(b, intr, "mul", x, y) for x in (alo, ahi) for y in (blo, bhi)]
+        lo = hi = products[0]
+        for p in products[1:]:
+            lo, hi = L.binary(b, intr, "minimum", lo, p), L.binary(b, intr, "maximum", hi, p)
+    if not wide:
+        return lo, hi
+    least, most = ir.Constant(L.I64, -2 ** 31), ir.Constant(L.I64, 2 ** 31 - 1)
+    fits = b.and_(b.icmp_signed(">=", lo, least), b.icmp_signed("<=", hi, most))
+    return (b.select(fits, b.trunc(lo, L.I32), L.i32(-2 ** 31)),
+            b.select(fits, b.trunc(hi, L.I32), L.i32(2 ** 31 - 1)))
 
 
 def _butterfly(k, value, width: int):
