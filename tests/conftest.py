@@ -42,15 +42,19 @@ def pytest_collection_modifyitems(config, items):
 # here, before any test module imports it: after a successful CPU run, the same graph,
 # schedule and sizes are compiled for sm_80 and sm_90a and every kernel is assembled.
 # A clean PlaitError from the compiler (a schedule a target cannot take) is a refusal,
-# not a crash; anything else, or PTX that ptxas rejects, fails the test.
+# not a crash; anything else, or PTX that ptxas rejects, fails the test. A program that
+# no target compiles is listed in the summary (the CPU run alone checked it); with
+# PLAIT_STRICT_BACKEND=1 it fails its test.
 import functools  # noqa: E402
 
 from plait.dsl.errors import PlaitError  # noqa: E402
 from plait.lowering import pipeline as _pipeline  # noqa: E402
+from plait.lowering.graph.empty_axes import empty_axes  # noqa: E402
 
 BACKEND_TARGETS = ("sm_80", "sm_90a")
 _compiled: dict[tuple, None] = {}
 _usage: list[tuple[str, str, object]] = []
+_uncompiled: list[tuple[str, str]] = []     # (program, why) that no target compiled
 
 
 def _schedule_key(schedule) -> str:
@@ -64,16 +68,23 @@ def compile_and_assemble(graph, schedule, sizes) -> None:
     if key in _compiled:
         return
     _compiled[key] = None
+    refused = []
     for target in BACKEND_TARGETS:
         try:
             program = _pipeline.compile_program(graph, schedule, dict(sizes), True, target)
-        except PlaitError:
+        except PlaitError as e:
+            refused.append(f"{target}: {str(e).splitlines()[0]}")
             continue
         if find_ptxas() is None:
             continue
         for kernel in program.kernels:
             usage = resource_usage(kernel.ptx, target)[kernel.entry]
             _usage.append((kernel.name, target, usage))
+    if len(refused) == len(BACKEND_TARGETS) and not empty_axes(sizes):
+        _uncompiled.append((graph.name, "; ".join(refused)))
+        if os.environ.get("PLAIT_STRICT_BACKEND") == "1":
+            raise AssertionError(f"{graph.name} ran on the CPU but no target compiles it: "
+                                 + "; ".join(refused))
 
 
 def _checked_emulate(emulate):
@@ -90,6 +101,9 @@ _pipeline.emulate = _checked_emulate(_pipeline.emulate)
 
 
 def pytest_terminal_summary(terminalreporter):
+    for name, why in _uncompiled[:20]:
+        terminalreporter.write_line(f"backend check: {name} ran on the CPU, no target "
+                                    f"compiles it: {why}")
     if not _usage:
         return
     spills = [(n, t, u) for n, t, u in _usage if u.spill_stores or u.spill_loads]
