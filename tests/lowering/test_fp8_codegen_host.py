@@ -5,6 +5,7 @@ import ctypes
 import ml_dtypes
 import numpy as np
 import pytest
+from host_jit import host_module, jit
 from llvmlite import binding as llvm
 from llvmlite import ir
 
@@ -16,12 +17,9 @@ FORMATS = {DType.FP8_E4M3: ml_dtypes.float8_e4m3fn, DType.FP8_E5M2: ml_dtypes.fl
 
 @pytest.fixture(scope="module")
 def host():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+    module = host_module("conversions")
     if not llvm.get_host_cpu_features().get("f16c", False):
         pytest.skip("this CPU has no F16C: half conversions would need a runtime library")
-    module = ir.Module("conversions")
-    module.triple = llvm.get_process_triple()
     intr = L.Intrinsics(module)
     for dtype in FORMATS:
         dec = ir.Function(module, ir.FunctionType(L.F32, [L.I8]), f"decode_{dtype.short}")
@@ -33,13 +31,7 @@ def host():
     dec = ir.Function(module, ir.FunctionType(L.F32, [L.I16]), "decode_bf16")
     b = ir.IRBuilder(dec.append_basic_block())
     b.ret(L.decode(b, dec.args[0], DType.BF16))
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    # Host features (F16C) let LLVM convert halves inline instead of calling a runtime.
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
+    engine = jit(module, host_features=True)
     fns = {}
     for dtype in FORMATS:
         fns[("decode", dtype)] = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_uint8)(

@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from llvmlite import binding as llvm
+from host_jit import host_module, jit
 from llvmlite import ir
 
 from int_reference import apply, draw, invert, shift_counts
@@ -20,10 +20,7 @@ WIDTHS = {np.int32: (L.I32, ctypes.c_int32), np.int64: (L.I64, ctypes.c_int64)}
 
 @pytest.fixture(scope="module")
 def host():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    module = ir.Module("integers")
-    module.triple = llvm.get_process_triple()
+    module = host_module("integers")
     intr = L.Intrinsics(module)
     for dtype, (ty, _) in WIDTHS.items():
         for op in BINARY:
@@ -40,11 +37,7 @@ def host():
         out = L.unary(b, intr, op, *fn.args) if op == "bitwise_not" else \
             L.binary(b, intr, op, *fn.args)
         b.ret(b.zext(out, L.I8))
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
+    engine = jit(module)
     fns = {}
     for dtype, (ty, cty) in WIDTHS.items():
         for op in (*BINARY, "bitwise_not"):

@@ -9,7 +9,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from llvmlite import binding as llvm
+from host_jit import host_module, jit
 from llvmlite import ir
 
 from plait.lowering.nvptx import ops as L
@@ -25,10 +25,7 @@ def _wrap(v: int) -> int:
 
 @pytest.fixture(scope="module")
 def intervals():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    module = ir.Module("intervals")
-    module.triple = llvm.get_process_triple()
+    module = host_module("intervals")
     intr = L.Intrinsics(module)
     out = ir.PointerType(L.I32)
     for kind in KINDS:
@@ -41,11 +38,7 @@ def intervals():
         b.store(lo, lo_out)
         b.store(hi, hi_out)
         b.ret_void()
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
+    engine = jit(module)
     proto = ctypes.CFUNCTYPE(None, *[ctypes.c_int32] * 4, ctypes.POINTER(ctypes.c_int32),
                              ctypes.POINTER(ctypes.c_int32))
     fns = {k: proto(engine.get_function_address(k)) for k in KINDS}

@@ -6,7 +6,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from llvmlite import binding as llvm
+from host_jit import host_module, jit
 from llvmlite import ir
 
 from plait.lowering.nvptx import ops as L
@@ -18,10 +18,7 @@ U32 = ctypes.c_uint32
 
 @pytest.fixture(scope="module")
 def host():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    module = ir.Module("philox")
-    module.triple = llvm.get_process_triple()
+    module = host_module("philox")
     intr = L.Intrinsics(module)
     # void philox4x32(c0, c1, c2, c3, k0, k1, i32* out): all four words
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [L.I32] * 6 + [L.I32.as_pointer()]),
@@ -35,11 +32,7 @@ def host():
     op = ir.Function(module, ir.FunctionType(L.I32, [L.I32, L.I32]), "philox_op")
     b = ir.IRBuilder(op.append_basic_block())
     b.ret(L.elementwise(b, intr, "philox", list(op.args)))
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
+    engine = jit(module)
     four = ctypes.CFUNCTYPE(None, *[U32] * 6, ctypes.POINTER(U32))(
         engine.get_function_address("philox4x32"))
     word0 = ctypes.CFUNCTYPE(U32, U32, U32)(engine.get_function_address("philox_op"))
