@@ -30,6 +30,9 @@ def add_tune_parser(sub, common) -> None:
     tune.add_argument("--workers", type=int, default=4, help="compile processes (default 4)")
     tune.add_argument("--gpus", type=int, metavar="N", help="time on N of the visible GPUs, "
                       "one worker process each (default: all of them)")
+    tune.add_argument("--generic", action="store_true", help="search the generic kernels' "
+                      "threads, vectors and prefetch too (by default only when no kernel "
+                      "runs on tensor cores or streams); measures again")
     tune.add_argument("--fresh", action="store_true", help="measure again, even where the "
                       "tuning database has this search")
     tune.add_argument("--cluster", metavar="ADDRESS|auto", help="spread the search over a Ray "
@@ -105,11 +108,13 @@ def cmd_tune(args) -> int:
 
     def search(algo_, sizes, dtypes_, target, runner, timer, budget_s, **kw):
         result, hit = tune_or_recall(algo_, sizes, dtypes_, target, runner, timer, budget_s,
-                                     fresh=args.fresh, driver=version or "unknown", gpu=name,
+                                     fresh=args.fresh or args.generic,
+                                     driver=version or "unknown", gpu=name,
                                      evaluator=evaluator, **kw)
         recalled.append(hit)
         return result
-    common = dict(algo_spec=args.file, workers=args.workers, progress=progress)
+    common = dict(algo_spec=args.file, workers=args.workers, progress=progress,
+                  generic=True if args.generic else None)
     # made on first use: an answer from the database touches no CUDA context
     runner, timer = _lazy(lambda: gpu_runner(algo, graph)), _lazy(lambda: gpu_timer(algo))
     try:

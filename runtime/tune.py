@@ -11,12 +11,14 @@ correct one wins. The runner and the timer are parameters: `gpu_runner`/`gpu_tim
 the device (CUDA-graph replays with L2 flushed), anything with the same signature in a
 test. `runtime/tune_output.py` writes the winner as a schedule file with its provenance.
 
-Tuned today: the top-level `contraction:` key (every contraction kernel of the
-algorithm), and each streamed kernel's rows per block, keys per step and rows per warp
-(`kernels: {name: {grid, stream, warps}}`; attention forward and backward). Several
-streamed kernels are tuned one at a time, the others at their defaults, and the best of
-each are then tried together (their times add up). Generic kernels keep their schedule;
-one process times them, or one worker per GPU of the host (`tune_workers.py`).
+Tuned: the top-level `contraction:` key (every contraction kernel of the algorithm),
+each streamed kernel's rows per block, keys per step and rows per warp (`kernels: {name:
+{grid, stream, warps}}`; attention forward and backward), and the generic kernels' block
+threads, vector width and prefetch (`tune_generic.py`; by default when the algorithm has
+no tensor-core or streamed kernel, `generic=True` / `--generic` always). Several kernels
+are tuned one at a time, the others at their defaults, and the best of each are then
+tried together (their times add up). One process times them, or one worker per GPU of
+the host (`tune_workers.py`).
 """
 from __future__ import annotations
 
@@ -254,12 +256,15 @@ def make_checking(algo, graph, sizes: dict, dtypes: dict, target: str, seed: int
 
 def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: float = 60.0,
          seed: int = 0, algo_spec: str | None = None, workers: int = 1,
-         progress=None, evaluator=None) -> TuneResult:
+         progress=None, evaluator=None, generic: bool | None = None) -> TuneResult:
     """Search as the module docstring says. `runner(schedule, inputs) -> {output: array}`
     runs one candidate (schedule None: the default) and `timer(schedule, inputs) -> ms`
     times it; `progress(iterable, total)` wraps the loop (a tqdm bar on the CLI).
     `evaluator` runs, checks and times the candidates (default: `InProcess(runner, timer)`;
-    `tune_workers.WorkerPool` spreads them over a host's GPUs)."""
+    `tune_workers.WorkerPool` spreads them over a host's GPUs). `generic`: search the
+    generic kernels' keys too (`tune_generic.py`); None: only when no kernel runs on
+    tensor cores or streams."""
+    from .tune_generic import generic_candidates
     graph = algo.graph(dtypes)
     checking = make_checking(algo, graph, sizes, dtypes, target, seed)
     evaluator = evaluator or InProcess(runner, timer, graph)
@@ -267,11 +272,12 @@ def tune(algo, sizes: dict, dtypes: dict, target: str, runner, timer, budget_s: 
     try:
         keys = candidates(graph, sizes, target)
     except PlaitError:
-        if not streams:
-            raise PlaitError(f"{graph.name}: no kernel runs on tensor cores or streams at "
-                             f"these sizes on {target}; plait tune searches contraction "
-                             "and streamed schedules only") from None
         keys = []
+    if generic or (generic is None and not keys and not streams):
+        streams += [Trial(None, kernels=k) for k in generic_candidates(graph, sizes, target)]
+    if not keys and not streams:
+        raise PlaitError(f"{graph.name}: no kernel schedule to search at these sizes on "
+                         f"{target}")
     valid, refused = refuse_invalid(graph, sizes, target, keys + streams)
     result = TuneResult(algo.name, target, dict(sizes), evaluator.default_ms(checking), refused)
     compile_all(algo_spec, dtypes, sizes, valid, target, workers)

@@ -124,6 +124,14 @@ def _check_dtypes(p: Problems, schedule: Schedule) -> None:
                   "for storage and compute in fp16, bf16 or fp32")
 
 
+def _split_of(axis: str) -> str | None:
+    """The axis that `axis` counts blocks of, where it is one the kernel graph derives
+    for a split reduction (`K_blocks0`: ceil(K / tile), the rows of a `.finish` kernel,
+    which its printed schedule names), else None."""
+    base, sep, n = axis.rpartition("_blocks")
+    return base if sep and n.isdigit() else None
+
+
 def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
     if schedule.algorithm != graph.name:
         p.add("algorithm", f"this schedule is for {shown(schedule.algorithm)}, "
@@ -135,7 +143,8 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
         for key, entries in (("grid", own.grid), ("block", own.block),
                              ("contraction.tile", tiles), ("stream", stream)):
             for axis, _ in entries:
-                if axis not in axes:
+                if axis not in axes and not (prefix.startswith("kernels.")
+                                             and _split_of(axis) in axes):
                     p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)
         # Each thread takes one element at least: tiles over every axis bound the block.
         gridded = [t for a, t in eff.grid if a in axes]

@@ -67,3 +67,26 @@ def test_a_stage_of_a_stage_is_a_key_where_nothing_splits():
     schedule = Schedule.from_dict({"algorithm": "centered", "kernels": {
         "centered.then.finish": {"grid": {"M": 1}}, "then.then": {"occupancy": 2}}})
     _kernels(centered.graph(), schedule, {"M": 3, "N": 5}, "sm_80")
+
+
+def test_the_printed_schedule_of_a_finish_kernel_is_a_valid_entry():
+    """A `.finish` kernel's printed schedule names the axis the kernel graph derives
+    (`M_blocks0`, the blocks of M): written back under `kernels:`, it validates and takes
+    effect; under the top-level keys, or of an axis the algorithm lacks, it is refused."""
+    bwd = grad(load("layernorm"))
+    graph = bwd.graph({p.name: DType.FP32 for p in bwd.tensor_params})
+    sizes = {"M": 37, "N": 300}
+    finish = next(k for k in lower(graph, None, sizes, True, "sm_90a").kernel_graph.kernels
+                  if k.name.endswith(".finish"))
+    printed = finish.schedule.to_dict()
+    derived = next(a for a in printed["block"] if a.endswith("_blocks0"))
+    printed["block"][derived]["threads"] = 32
+    s = Schedule.from_dict({"algorithm": bwd.name, "kernels": {finish.name: printed}})
+    validate(s, graph)
+    again = next(k for k in lower(graph, s, sizes, True, "sm_90a").kernel_graph.kernels
+                 if k.name == finish.name)
+    assert again.schedule.block_axes[derived].threads == 32
+    for bad in ({"block": {derived: {"threads": 32}}},
+                {"kernels": {finish.name: {"block": {"Q_blocks0": {"threads": 32}}}}}):
+        with pytest.raises(Exception, match="unknown axis"):
+            validate(Schedule.from_dict({"algorithm": bwd.name, **bad}), graph)
