@@ -17,7 +17,7 @@ Each is ONE reduction whose state is the pair (value, index), folded by the comb
 values keep the smaller index. Its identity is the value's ('lowest' for argmax) with
 index INT32_MAX, so an element outside the tensor loses every tie. `max_with_index`
 gives max and argmax of the same x: both read x once, and in a kernel they share one
-round of shuffles and one shared-memory exchange (`tileir.thread.cluster_reductions`).
+round of shuffles and one shared-memory exchange (`lowering/ir/simt_order.cluster_reductions`).
 
 argmax is piecewise constant: no gradient flows through it (as through comparisons),
 and the value of max_with_index is max, with max's gradient rule.

@@ -1,6 +1,7 @@
 """The pipeline: one table of stages, each a pure function from one IR to the next.
 
-    algorithm graph -> kernel graph -> tile programs -> thread programs -> LLVM IR -> PTX
+    algorithm graph -> kernel graph -> tile programs -> IR kernels (tile level, then thread
+    level for SIMT kernels) -> LLVM IR -> PTX
 
 `plait compile --dump DIR` writes each stage under its name. The runtime calls
 `specialization_key`, `compile_program` and `emulate`.
@@ -27,11 +28,14 @@ from .artifact import Buffer, CompiledKernel, KernelArg, Program
 from .gemm.plan import GemmProgram, NotAGemm, plan_gemm
 from .graph.footprint import large_temporaries
 from .graph.kernels import KernelGraph, build_kernel_graph
-from .graph.layout import make_layout
+from .graph.layout import Layout, make_layout
 from .graph.policy import resolve
+from .ir.build import build_kernel, build_program
+from .ir.nodes import Kernel, walk
+from .ir.simt_threads import thread_level
+from .ir.thread_view import KernelView
 from .target import DEFAULT_TARGET, get_target
 from .limits import STATIC_SHARED_LIMIT, check_extents, check_grids
-from .tileir.thread import ThreadProgram, build_thread_program
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
 from .tileir.tile import TileProgram
@@ -42,17 +46,19 @@ from .tileir.programs import build_all_tile_programs
 @dataclass(frozen=True)
 class Lowered:
     """Everything above LLVM for one algorithm, schedule and specialization. A contraction
-    kernel on tensor cores is a GemmProgram where the others have a ThreadProgram."""
+    kernel on tensor cores is a GemmProgram, a streamed one a StreamKernel, the others
+    (SIMT kernels) their thread-level IR Kernel."""
     kernel_graph: KernelGraph
     tiles: tuple[TileProgram, ...]
-    threads: tuple[ThreadProgram | GemmProgram | StreamKernel, ...]
+    threads: tuple[Kernel | GemmProgram | StreamKernel, ...]
     sizes: dict
 
 
 def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
           aligned: bool, target: str = DEFAULT_TARGET,
           multiprocessors: int | None = None) -> Lowered:
-    """Stages 2-4: kernel graph, tile programs, thread (or GEMM) programs.
+    """Stages 2-4: kernel graph, tile programs, thread-level IR kernels (or GEMM and
+    streamed programs).
     `multiprocessors`: the device's SM count, which a `wave` grid tile, split-K and the
     GEMM tiles plan for; None: the target table's figure (a compile for sm_80 plans for
     an A100's 108, not the default target's 132).
@@ -109,7 +115,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
         layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes, schedule,
                              spec)
-        threads.append(build_thread_program(tile, layout, full, aligned, target))
+        threads.append(simt_kernel(tile, layout, full, aligned, target))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
 
 
@@ -139,15 +145,15 @@ def specialization_key(graph: AlgorithmGraph, schedule: Schedule | None, sizes: 
         if isinstance(t, (GemmProgram, StreamKernel)):
             parts.append(t.text())
             continue
-        parts.append(t.layout.text())
-        parts.extend(f"{op.attr('buffer')}:{op.attr('vector')}" for op in t.ops
-                     if op.op in ("load", "store"))
+        parts.append(t.attr("simt_layout").text())
+        parts.extend(f"{op.attr('buffer')}:{op.attr('vector')}" for op in walk(t.body)
+                     if op.name in ("load", "store"))
     return "\n".join(parts)
 
 
-def _kernel_args(t: ThreadProgram) -> tuple[KernelArg, ...]:
+def _kernel_args(t: Kernel) -> tuple[KernelArg, ...]:
     args = [KernelArg(b.name, "buffer", b.dtype) for b in t.buffers]
-    args += [KernelArg(a, "size", DType.INT32) for a in t.size_args]
+    args += [KernelArg(a, "size", DType.INT32) for a in t.attr("size_args")]
     args += [KernelArg(name, "scalar", dt) for name, dt in t.scalars]
     return tuple(args)
 
@@ -176,6 +182,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
         raise PlaitError(f"{graph.name}: axis {empty[0]} is empty (extent 0): there is no "
                          "kernel to compile; plait.run and plait.compile handles give such "
                          "calls' outputs without launching one")
+    from .nvptx.backend import emit_ptx
     low = lower(graph, schedule, sizes, aligned, target, multiprocessors)
     kernels = []
     for t, tile in zip(low.threads, low.tiles):
@@ -187,10 +194,10 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
             from .stream.sm80 import stream_kernel
             kernels.append(stream_kernel(t, entry))
             continue
-        ptx = _simt_ptx(t, tile, low.sizes, aligned, entry, target)
-        dynamic = t.shared_bytes if t.shared_bytes > STATIC_SHARED_LIMIT else 0
-        kernels.append(CompiledKernel(t.name, entry, target, ptx, _kernel_args(t),
-                                      t.layout.threads, t.layout.grid, t.shared_bytes, dynamic,
+        shared = KernelView(t).shared_bytes
+        dynamic = shared if shared > STATIC_SHARED_LIMIT else 0
+        kernels.append(CompiledKernel(t.name, entry, target, emit_ptx(t, entry),
+                                      _kernel_args(t), t.threads, t.grid, shared, dynamic,
                                       grid_xyz=True))
     kg = low.kernel_graph
     program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
@@ -199,25 +206,13 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
     return program
 
 
-def simt_kernel(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligned: bool,
-                target: str):
-    """The thread-level IR of a SIMT kernel: the IR builder's kernel through the
-    thread-level pass (`ir/simt_threads.py`)."""
-    from .ir.build import build_kernel
-    from .ir.simt_threads import thread_level
-    return thread_level(build_kernel(t, tile, target, sizes), t.layout, tile.axes, sizes,
+def simt_kernel(tile: TileProgram, layout: Layout, sizes: dict[str, int], aligned: bool,
+                target: str) -> Kernel:
+    """The thread-level IR of a SIMT kernel: its tile program written as IR with `layout`'s
+    blocked layouts (`ir/build.py`), then through the thread-level pass
+    (`ir/simt_threads.py`)."""
+    return thread_level(build_kernel(layout, tile, target, sizes), layout, tile.axes, sizes,
                         aligned)
-
-
-def _simt_ptx(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligned: bool,
-              entry: str, target: str) -> str:
-    """A SIMT kernel's PTX: from its thread-level IR (PLAIT_IR_SIMT=0: from its thread
-    program, the path being retired)."""
-    from .nvptx.ir_simt import emit_ir_ptx, ir_simt_enabled
-    if ir_simt_enabled():
-        return emit_ir_ptx(simt_kernel(t, tile, sizes, aligned, target), None, entry)
-    from .nvptx.backend import emit_ptx
-    return emit_ptx(t, entry, target)
 
 
 def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
@@ -240,20 +235,15 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
             values[p.name] = p.default
     if ir_executor():
         from .cpu.ir_interp import run_kernel
-        from .ir.build import build_program
         for k in build_program(low.threads, low.tiles, target, low.sizes):
             run_kernel(k, low.sizes, arrays, values, check_layouts=True)
         return {name: arrays[name] for name in graph.outputs}
-    from .nvptx.ir_simt import ir_simt_enabled
-    for t, tile in zip(low.threads, low.tiles):
+    for t in low.threads:
         if isinstance(t, (GemmProgram, StreamKernel)):
             run_stream_program(t.program if isinstance(t, GemmProgram) else t.tile,
                                low.sizes, arrays, values)
-        elif ir_simt_enabled():
-            emulator.run_thread_kernel(simt_kernel(t, tile, low.sizes, True, target),
-                                       low.sizes, arrays, values)
         else:
-            emulator.run_thread_program(t, low.sizes, arrays, values)
+            emulator.run_thread_kernel(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
 
 
@@ -282,14 +272,12 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
     """The text of every stage, keyed by stage name (the `--dump` file names). The llir
     and ptx stages map each kernel to its own whole module, which ptxas assembles as
     written (joined, a second `.version` line is a parse error)."""
-    from .ir.build import build_program
     from .ir.printer import kernel_text
     from .nvptx.backend import emit_llvm_ir
     from .nvptx.ptx_text import llvm_to_ptx
-    from .nvptx.ir_simt import emit_ir_llvm, ir_simt_enabled
     low = lower(graph, schedule, sizes, aligned, target)
     llir, ptx = {}, {}
-    for t, tile in zip(low.threads, low.tiles):
+    for t in low.threads:
         entry = entry_name(t.name)
         if isinstance(t, GemmProgram):
             llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
@@ -298,21 +286,14 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
             from .stream.sm80 import emit_stream_llvm_ir, stream_ptx
             llir[t.name] = emit_stream_llvm_ir(t, entry)
             ptx[t.name] = stream_ptx(llir[t.name], t, entry)
-        elif ir_simt_enabled():
-            llir[t.name] = emit_ir_llvm(simt_kernel(t, tile, low.sizes, aligned, target),
-                                        None, entry)
-            ptx[t.name] = llvm_to_ptx(llir[t.name], target)
         else:
-            llir[t.name] = emit_llvm_ir(t, entry, target)
+            llir[t.name] = emit_llvm_ir(t, entry)
             ptx[t.name] = llvm_to_ptx(llir[t.name], target)
     return {
         "algorithm": graph.text(),
         "kernels": low.kernel_graph.text(),
         "tile": "\n".join(t.text() for t in low.tiles),
-        "thread": "\n".join(
-            kernel_text(simt_kernel(t, tile, low.sizes, aligned, target))
-            if ir_simt_enabled() and isinstance(t, ThreadProgram) else t.text()
-            for t, tile in zip(low.threads, low.tiles)),
+        "thread": "\n".join(t.text() for t in low.threads),
         "ir": "\n".join(kernel_text(k) for k in
                         build_program(low.threads, low.tiles, target, low.sizes)),
         "llir": llir,

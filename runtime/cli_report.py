@@ -13,7 +13,7 @@ PTXAS_TIMEOUT = 120.0     # seconds; PLAIT_PTXAS_TIMEOUT overrides
 
 def kernel_paths(graph, schedule, sizes: dict[str, int], aligned: bool, target: str) -> list[str]:
     """One line per kernel: 'kernel K: tensor cores (wgmma)' or 'kernel K: generic (why)'.
-    Read off the lowering (kernel graph and thread programs); the PTX is not touched."""
+    Read off the lowering (kernel graph and lowered kernels); the PTX is not touched."""
     from plait.lowering import pipeline
     from plait.lowering.graph.empty_axes import empty_axes
     from plait.lowering.gemm.plan import GemmProgram

@@ -1,4 +1,5 @@
-"""The CPU executor of thread programs: every thread of every block, in lockstep.
+"""The CPU executor of SIMT kernels' thread-level IR (`ir/simt_threads.py`): every thread of
+every block, in lockstep.
 
 A value is a numpy array of shape (blocks, Tr, Tc, Rr, Rc, V), size 1 where
 it does not vary. Generated code has no divergent control flow (masks
@@ -23,15 +24,14 @@ from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from .gather import view_load as _view_load
 from ..tileir.rotate_load import source_index
-from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view
-from ..tileir.thread import ThreadProgram, pair_step
+from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view, pair_step
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
        DType.BOOL: np.bool_}
 _TR, _TC, _RR, _RC, _V = 1, 2, 3, 4, 5
 
 
-def _blocks(prog: ThreadProgram, sizes) -> tuple[int, dict[str, np.ndarray]]:
+def _blocks(prog: KernelView, sizes) -> tuple[int, dict[str, np.ndarray]]:
     counts = [-(-sizes[a] // t) for a, t in prog.layout.grid]
     total = int(np.prod(counts)) if counts else 1
     linear = np.arange(total)
@@ -60,7 +60,7 @@ def _shape(n, dim):
 
 
 class _Machine:
-    def __init__(self, prog: ThreadProgram, sizes: dict[str, int]):
+    def __init__(self, prog: KernelView, sizes: dict[str, int]):
         self.prog = prog
         self.sizes = sizes
         self.layout = prog.layout
@@ -108,39 +108,12 @@ class _Machine:
         return mask
 
 
-def run_thread_program(prog: ThreadProgram, sizes: dict[str, int], arrays: dict[str, np.ndarray],
-                       scalars: dict[str, float], check_indices: bool = True) -> None:
-    """Execute `prog`, reading and writing the numpy buffers in `arrays` (by buffer name).
-    With `check_indices`, an index of take or scatter_add outside its axis raises, where
-    the GPU masks it (the element reads 0, the add is dropped)."""
-    m = _Machine(prog, sizes)
-    m.check_indices = check_indices
-    vals: dict[int, np.ndarray] = {}
-    region = {op.id: op.attr("region", "pre") for op in prog.ops}
-    for op in prog.ops:
-        if region[op.id] == "pre":
-            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
-    if prog.layout.loop is not None:
-        body = [op for op in prog.ops if region[op.id] == "loop"]
-        # Past the axis's end every block's loop has stopped (`loop_count` on the GPU).
-        for i in range(min(prog.layout.loop.tile, sizes[prog.layout.loop.axis])):
-            m.loop_index = i
-            for op in body:
-                args = [vals[a] for a in op.args]
-                if op.op == "loop_acc":
-                    vals[op.id] = _accumulate(m, op, vals.get(op.id), args[0])
-                else:
-                    vals[op.id] = _step(m, op, args, arrays, scalars)
-    for op in prog.ops:
-        if region[op.id] == "post":
-            vals[op.id] = _step(m, op, [vals[a] for a in op.args], arrays, scalars)
-
-
 def run_thread_kernel(k, sizes: dict[str, int], arrays: dict[str, np.ndarray],
                       scalars: dict[str, float], check_indices: bool = True) -> None:
-    """Execute a thread-level IR kernel (`ir/simt_threads.py`) as `run_thread_program`
-    does its thread program: the ops of its top block in order, its `for` over the
-    walked axis index by index."""
+    """Execute thread-level kernel `k`, reading and writing the numpy buffers in `arrays`
+    (by buffer name): the ops of its top block in order, its `for` over the walked axis
+    index by index. With `check_indices`, an index of take or scatter_add outside its
+    axis raises, where the GPU masks it (the element reads 0, the add is dropped)."""
     view = KernelView(k)
     m = _Machine(view, sizes)
     m.check_indices = check_indices

@@ -1,4 +1,4 @@
-"""The CPU executor's steps of a scan (tileir/scan.py says what each step computes).
+"""The CPU executor's steps of a scan (ir/scan_steps.py says what each step computes).
 
 Values are emulate's arrays (blocks, Tr, Tc, Rr, Rc, V). The steps fold in the GPU's
 order: vector lanes, then a Kogge-Stone scan of the threads' totals over a warp's lanes,

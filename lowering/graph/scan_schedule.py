@@ -1,5 +1,5 @@
 """The default schedule of a kernel holding a scan: the block covers the scanned axis
-whole, with threads on it, so that one block walks each row of the scan (tileir/scan.py
+whole, with threads on it, so that one block walks each row of the scan (ir/scan_steps.py
 lowers it; a scan split across blocks is refused by `refuse_split_scans`).
 
 - a scan over the innermost axis: the row-reduction block (threads along the row, each

@@ -1,8 +1,8 @@
 """The one builder: every kernel the pipeline lowers, in the IR, with the layouts its path
 gives its values today.
 
-`build_kernel(plan)` takes what `pipeline.lower` made for one kernel (a ThreadProgram, a
-GemmProgram or a StreamKernel) and writes its tile program as IR ops, turning the flat
+`build_kernel(plan)` takes what `pipeline.lower` planned for one kernel (a SIMT kernel's
+thread layout, a GemmProgram or a StreamKernel) and writes its tile program as IR ops, turning the flat
 `loop ... yield` of loop programs into a `for` with a body, and giving each value a layout
 (`layout_simt.py`, `layout_tc.py`). A SIMT kernel that walks an axis index by index gets
 that walk as a `for` too, its reductions over the axis carried through it.
@@ -14,20 +14,22 @@ from plait.dsl.cumulative import is_scan
 from plait.dsl.select import is_pair
 
 from ..gemm.plan import GemmProgram
+from ..graph.layout import Layout
 from ..graph.kernel_plan import REDUCE_OPS
 from ..stream.plan import StreamKernel
-from ..tileir.thread import ThreadProgram, cluster_reductions
 from ..tileir.tile import TileOp, TileProgram
 from ..tileir.tile_stream import loop_body
 from .layout_simt import SimtLayouts, simt_loop
 from .layout_tc import GemmLayouts, StreamLayouts
 from .nodes import Builder, Kernel, Type
+from .simt_order import cluster_reductions
 
 def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) -> Kernel:
-    """The IR of one lowered kernel: `plan` as `pipeline.lower` made it, `tile` the tile
-    program it was made from, `sizes` every axis's extent (derived ones included)."""
-    if isinstance(plan, ThreadProgram):
-        layouts, path = SimtLayouts(plan, sizes), "simt"
+    """The tile-level IR of one kernel: `plan` what `pipeline.lower` planned for it (for a
+    SIMT kernel, its thread layout), `tile` its tile program, `sizes` every axis's extent
+    (derived ones included)."""
+    if isinstance(plan, Layout):
+        layouts, path = SimtLayouts(tile, plan), "simt"
     elif isinstance(plan, GemmProgram):
         tile, layouts, path = plan.program, GemmLayouts(plan, sizes), "gemm"
     elif isinstance(plan, StreamKernel):
@@ -41,7 +43,8 @@ def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) ->
     if getattr(layouts, "walk", None) is not None:
         ops = simt_loop(ops, layouts.walk, layouts)
     translate(b, ops, layouts, {})
-    return Kernel(plan.name, target, path, tuple(plan.buffers), tuple(plan.scalars),
+    source = tile if path == "simt" else plan     # what names the buffers and scalars
+    return Kernel(source.name, target, path, tuple(source.buffers), tuple(source.scalars),
                   tuple(layouts.grid), layouts.threads, tuple(sorted(b.types.items())),
                   b.block(), tuple(layouts.attrs))
 
@@ -126,6 +129,8 @@ def _pair_reduce(b: Builder, op: TileOp, args, layouts, attrs) -> int:
 
 
 def build_program(threads, tiles, target: str, sizes: dict[str, int]) -> tuple[Kernel, ...]:
-    """The IR of every kernel `pipeline.lower` made: `threads` and `tiles` as in its
-    `Lowered`, `sizes` every axis's extent."""
-    return tuple(build_kernel(t, tile, target, sizes) for t, tile in zip(threads, tiles))
+    """The tile-level IR of every kernel `pipeline.lower` made: `threads` and `tiles` as in
+    its `Lowered` (a SIMT kernel's tile level is rebuilt from the thread layout its
+    thread-level kernel keeps), `sizes` every axis's extent."""
+    return tuple(build_kernel(t.attr("simt_layout") if isinstance(t, Kernel) else t, tile,
+                              target, sizes) for t, tile in zip(threads, tiles))

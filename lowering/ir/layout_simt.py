@@ -17,8 +17,8 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.node import OPS
 
 from ..graph.kernel_plan import REDUCE_OPS
-from ..tileir.thread import ThreadProgram
-from ..tileir.tile import TileOp
+from ..graph.layout import Layout
+from ..tileir.tile import TileOp, TileProgram
 from .layouts import Blocked, BlockedDim
 
 
@@ -29,16 +29,18 @@ def blocked_dims(lay) -> tuple[BlockedDim, ...]:
 
 
 class SimtLayouts:
-    def __init__(self, plan: ThreadProgram, sizes: dict[str, int]):
-        lay = plan.layout
-        self.buffers = {b.name: b for b in plan.buffers}
+    """The layouts of tile program `tile` spread by thread layout `lay`. The shared memory
+    a SIMT kernel needs is the thread-level pass's to say (its exchanges, accumulators
+    and rings), so the tile level carries no such attribute."""
+    def __init__(self, tile: TileProgram, lay: Layout):
+        self.buffers = {b.name: b for b in tile.buffers}
         self.blocked = Blocked(blocked_dims(lay), lay.threads)
         self.grid = lay.grid
         self.threads = lay.threads
         self.walk = lay.loop
         self.partial = dict(lay.partial_axes)
-        self.attrs = (("shared_bytes", plan.shared_bytes),)
-        self.name = plan.name
+        self.attrs = ()
+        self.name = tile.name
 
     def of(self, op: TileOp):
         kept = tuple(d for d in self.blocked.dims if d.axis in op.axes)
@@ -66,7 +68,8 @@ def simt_loop(ops: list[TileOp], walk, layouts: SimtLayouts) -> list[TileOp]:
         where = "loop" if touches or carried else after
         if where == "loop" and after == "post":
             raise PlaitError(f"kernel {layouts.name}: a value computed after the loop over "
-                             f"{axis} is needed inside it")
+                             f"{axis} is needed inside it; schedule {axis} with threads or "
+                             "tile 1")
         place[op.id] = where
         ready[op.id] = "post" if carried else where
     reductions = [op for op in ops if op.op in REDUCE_OPS and op.attr("axis") == axis]

@@ -91,6 +91,11 @@ class Kernel:
     def attr(self, key: str, default=None):
         return dict(self.attrs).get(key, default)
 
+    def text(self) -> str:
+        """The kernel as `printer.py` writes it (the `--dump` stages' form)."""
+        from .printer import kernel_text     # the printer reads these nodes
+        return kernel_text(self)
+
     def replace_body(self, body: Block, types: dict[int, Type]) -> "Kernel":
         return replace(self, body=body, types=tuple(sorted(types.items())))
 

@@ -1,5 +1,5 @@
 """Pass: a SIMT kernel from its tile-level IR (`build.build_kernel`) to its thread-level
-IR, the form that `nvptx/ir_simt.py` emits and `cpu/emulate.run_thread_kernel` runs.
+IR, the form that `nvptx/backend.py` emits and `cpu/emulate.run_thread_kernel` runs.
 
 - Loads and stores get their vector width: the layout's, split to at most 16 bytes, 1 where
   rows may start unaligned, halved for a rotated half, 1 for a take whose row changes along
@@ -8,7 +8,7 @@ IR, the form that `nvptx/ir_simt.py` emits and `cpu/emulate.run_thread_kernel` r
   `reduce_shfl` over the axis's lanes within a warp, then (threads of the axis in other
   warps) a `barrier`, `smem_put`, `barrier`, `smem_fold`, and `reduce_done`. Consecutive
   reduces over one axis that do not read each other share one exchange (the builder
-  orders a kernel's reductions level by level, `tileir.thread.cluster_reductions`).
+  orders a kernel's reductions level by level, `simt_order.cluster_reductions`).
 - In the `for` over a walked axis, a reduce over that axis and the combine folding it into
   its carried value become one `accumulate`; accumulators of more than
   MAX_REGISTER_ACCUMULATORS elements per thread move to shared memory where they fit, and
@@ -32,12 +32,12 @@ from ..graph.layout import Layout
 from ..limits import shared_limit
 from ..tileir.tile import TileOp
 from ..tileir.rotate_load import rotated_vector
-from ..tileir.scan import scan_steps
-from ..tileir.thread import (MAX_REGISTER_ACCUMULATORS, _thread_bits, _vector_for,
-                             smem_words, staged_row_words)
+from .scan_steps import scan_steps
 from .layout_simt import blocked_dims
 from .layouts import Blocked
 from .nodes import Block, Builder, Kernel, Op, Type
+from .thread_rules import (MAX_REGISTER_ACCUMULATORS, smem_words, staged_row_words,
+                           thread_bits, vector_for)
 
 
 def thread_level(k: Kernel, layout: Layout, axes: tuple[str, ...], sizes: dict[str, int],
@@ -95,7 +95,7 @@ class _Lowering:
                 self.walk(op)
             elif op.name == "reduce" and op.attr("axis") == walk:
                 folded[self._combine_of(op, ops)] = op
-            elif op.results and op.results[0] in {c for c in folded}:
+            elif op.results and op.results[0] in folded:
                 self.accumulate(op, folded[op.results[0]])
             elif op.name == "reduce":
                 group = [op]
@@ -138,7 +138,7 @@ class _Lowering:
 
     def vector(self, op: Op) -> int:
         buf = self.k.buffer(op.attr("buffer"))
-        vec = _vector_for(buf, self.lay, self.aligned, self.sizes)
+        vec = vector_for(buf, self.lay, self.aligned, self.sizes)
         if op.attr("rotate") is not None:
             vec = rotated_vector(op.attr("rotate"), buf, self.lay, vec, self.sizes)
         if op.attr("take") is not None and self.lay.col is not None and \
@@ -181,7 +181,7 @@ class _Lowering:
 
     def scan(self, op: Op) -> None:
         """A scan along a spread axis: `scan_local` in each thread's fragment, then
-        `scan_block` over lanes, warps and repeats (`tileir/scan.py` says how), and
+        `scan_block` over lanes, warps and repeats (`scan_steps.py` says how), and
         `scan_part` reading each part of its state off it (a named scan's is rounded)."""
         named = isinstance(op.attr("combine"), str)
         t = self.k.type_of(op.results[0])
@@ -216,7 +216,7 @@ class _Lowering:
             return self.b.emit(name, args, self.type(axes, dtype), **base)
 
         values = [step("reduce_local", (self.value[op.args[0]],), op) for op in group]
-        bits = _thread_bits(self.lay, axis)
+        bits = thread_bits(self.lay, axis)
         warp_bits = tuple(x for x in bits if x < 5)
         smem_bits = tuple(x for x in bits if x >= 5)
         if warp_bits:
@@ -228,10 +228,10 @@ class _Lowering:
             token = step("barrier", tuple(values), first)
             words, slots = 0, []
             for v, op in zip(values, group):
-                axes, _, held = shape(op)
+                axes, dtype, held = shape(op)
                 per_thread = int(np.prod(self.lay.fragment(axes)))
                 slot = words
-                words += self.lay.threads * per_thread * smem_words(held or shape(op)[1])
+                words += self.lay.threads * per_thread * smem_words(held or dtype)
                 index_slot = None
                 if held is not None:      # two slots: the values, then the int32 indices
                     index_slot, words = words, words + self.lay.threads * per_thread
@@ -243,7 +243,7 @@ class _Lowering:
             self.smem = max(self.smem, words)
         for v, op in zip(values, group):
             t = self.k.type_of(op.results[-1])
-            held = self.k.type_of(op.results[0]).dtype if len(op.results) == 2 else None
+            held = shape(op)[2]
             self.value[op.results[-1]] = self.b.emit(
                 "reduce_done", (v,), self.type(t.axes, t.dtype), axis=axis,
                 op=op.attr("combine"), partial=op.attr("partial"), round=op.attr("round"),

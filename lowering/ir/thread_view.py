@@ -8,8 +8,20 @@ size arguments, the shared-memory words, and each value's defining op.
 """
 from __future__ import annotations
 
+from plait.dsl.select import is_pair
+
 from ..tileir.tile import TileOp
 from .nodes import Kernel, Op
+
+PAIR_STEPS = ("reduce_local", "reduce_shfl", "smem_put", "smem_fold", "reduce_done")
+
+
+def pair_step(op: TileOp) -> bool:
+    """Whether a thread-level op is a step of a pair reduction, whose state is (value,
+    index): its `value` names the value's dtype (reduce_done keeps the tile op's
+    attributes, hence no `op`)."""
+    return op.op in PAIR_STEPS and (is_pair(op.attr("op")) or (
+        op.op == "reduce_done" and op.attr("value") is not None))
 
 
 def op_view(k: Kernel, op: Op) -> TileOp:
@@ -47,17 +59,19 @@ class KernelView:
         self.buffers = k.buffers
         self.scalars = k.scalars
         self.size_args = size_args if size_args is not None else k.attr("size_args")
-        self.smem_floats = k.attr("smem_words")
-        self.acc_floats = k.attr("acc_words")
-        self.stage_floats = k.attr("stage_words")
+        self.smem_words = k.attr("smem_words")
+        self.acc_words = k.attr("acc_words")
+        self.stage_words = k.attr("stage_words")
         self.ops: dict[int, TileOp] = {}       # value id -> the op that defines it
+        self.in_order: list[TileOp] = []       # every op, loop bodies where they stand
         for op in _every(k.body.ops):
+            self.in_order.append(op_view(k, op))
             if op.results:
-                self.ops[op.results[0]] = op_view(k, op)
+                self.ops[op.results[0]] = self.in_order[-1]
 
     @property
     def shared_bytes(self) -> int:
-        return 4 * (self.smem_floats + self.acc_floats + self.stage_floats)
+        return 4 * (self.smem_words + self.acc_words + self.stage_words)
 
     def buffer(self, name: str):
         return next(b for b in self.buffers if b.name == name)

@@ -1,11 +1,17 @@
-"""Stages 5-6: thread program -> LLVM IR (llvmlite) -> PTX (LLVM's NVPTX backend).
+"""Stages 5-6: a SIMT kernel's thread-level IR -> LLVM IR (llvmlite) -> PTX (LLVM's NVPTX
+backend).
+
+The ops of the kernel's top block run in order; its one `for` is the walk over the looped
+axis, emitted by the loop machinery of `reduce.py` with each `accumulate` folding one index
+into its carried accumulator. The op handlers (here, reduce.py, arg_reduce.py, scan.py,
+gather.py) see each IR op through `ir/thread_view.py`.
 
 The generic emitter (the GEMM and streamed emitters, gemm/ and stream/, have their own;
 llvmlite stays inside nvptx/, gemm/ and stream/, as tests/lowering/test_import_rules.py
 checks). Fragments are numpy object arrays of LLVM values, shape (Rr, Rc, V); elementwise ops
 broadcast them like the CPU executor broadcasts its arrays. Global loads and
 stores are predicated inline PTX (`@p ld.global.nc.v4.b32`), so masks cost no
-branches and the vector width is exactly what the thread program says.
+branches and the vector width is exactly what the thread-level IR says.
 """
 from __future__ import annotations
 
@@ -32,24 +38,28 @@ from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .ptx_memory import asm_store_words as _asm_store_words
-from ..tileir.scan import SCAN_STEPS
-from ..tileir.thread import ThreadProgram, pair_step
+from ..ir.scan_steps import SCAN_STEPS
+from ..ir.nodes import Kernel, Op
+from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view, pair_step
 from ..tileir.tile import register_dtype
 
 
 
-def emit_ptx(prog: ThreadProgram, entry: str, target: str) -> str:
-    ptx = llvm_to_ptx(emit_llvm_ir(prog, entry, target), target)
-    return launch_bounds(ptx, entry, prog.layout.threads, prog.layout.occupancy)
+def emit_ptx(k: Kernel, entry: str) -> str:
+    """The PTX of thread-level SIMT kernel `k` (`ir/simt_threads.py`)."""
+    ptx = llvm_to_ptx(emit_llvm_ir(k, entry), k.target)
+    lay = k.attr("simt_layout")
+    return launch_bounds(ptx, entry, lay.threads, lay.occupancy)
 
 
-def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
-    return str(_Emitter(prog, entry, target).module)
+def emit_llvm_ir(k: Kernel, entry: str) -> str:
+    return str(_Emitter(k, entry).module)
 
 
 class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
-    def __init__(self, prog: ThreadProgram, entry: str, target: str):
-        self.prog = prog
+    def __init__(self, k: Kernel, entry: str):
+        self.kernel = k
+        self.prog = prog = KernelView(k)     # what the op handlers read of the kernel
         self.lay = prog.layout
         self.module = ir.Module(name=entry)   # the user's name may hold a newline
         self.module.triple = "nvptx64-nvidia-cuda"
@@ -73,7 +83,7 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
         self.args = {key: fn.args[i] for i, key in enumerate(self.arg_names)}
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.smem = None
-        words = prog.smem_floats + prog.acc_floats + prog.stage_floats
+        words = prog.smem_words + prog.acc_words + prog.stage_words
         if words:
             dynamic = 4 * words > STATIC_SHARED_LIMIT
             # Past the static limit the array is `extern` and sized by the launch.
@@ -89,17 +99,23 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
         self.b.ret_void()
 
     def _run_program(self, fn) -> None:
-        """The ops before the walked axis's loop, the loop, the ops after it."""
-        prog = self.prog
-        region = {op.id: op.attr("region", "pre") for op in prog.ops}
-        for op in prog.ops:
-            if region[op.id] == "pre":
-                self.values[op.id] = self._op(op)
-        if self.lay.loop is not None:
-            self._emit_loop([op for op in prog.ops if region[op.id] == "loop"], fn)
-        for op in prog.ops:
-            if region[op.id] == "post":
-                self.values[op.id] = self._op(op)
+        """The top block's ops in order; a `for` is the walk over the looped axis (the
+        values it starts from are the accumulators' identities, set by the loop)."""
+        starts = loop_starts(self.kernel)
+        for op in self.kernel.body.ops:
+            if op.results and op.results[0] in starts:
+                continue
+            if op.name == "for":
+                self._walk(op, fn)
+                continue
+            value = self._op(op_view(self.kernel, op))
+            if op.results:
+                self.values[op.results[0]] = value
+
+    def _walk(self, loop: Op, fn) -> None:
+        self._emit_loop(loop_body(self.kernel, loop), fn)
+        for result, last in zip(loop.results, loop.body.ops[-1].args):
+            self.values[result] = self.values[last]
 
     # ---- indices ---------------------------------------------------------
     def sreg(self, name: str):

@@ -4,7 +4,7 @@ indexed atomic add (the spec is lowering/cpu/gather.py, which the CPU executor r
 The index (int32 or int64) is compared with the axis's size as an unsigned 64-bit
 number, so a negative index is out of range too; an out-of-range element's load or add
 is predicated off and its address is formed from row 0, so no instruction ever touches
-memory outside the buffer. Along the vector the row is one index (the thread program
+memory outside the buffer. Along the vector the row is one index (the thread-level IR
 made the vector 1 where it is not), so a row of a [V, D] table is read 16 bytes at a time.
 """
 from __future__ import annotations

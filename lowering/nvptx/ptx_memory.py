@@ -1,6 +1,6 @@
 """Predicated global loads and stores as inline PTX (`@p ld.global.nc.v4.b32`).
 
-Masks cost no branches, the vector width is exactly what the thread program
+Masks cost no branches, the vector width is exactly what the thread-level IR
 asks, and narrow elements travel packed in 32-bit registers.
 """
 from __future__ import annotations

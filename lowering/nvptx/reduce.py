@@ -13,7 +13,7 @@ from . import ops as L
 from . import ptx_mma as P
 from .fragments import mask_and
 from .fragments import map_fragments as _map
-from ..tileir.thread import smem_words, staged_row_words
+from ..ir.thread_rules import smem_words, staged_row_words
 
 
 def identity(kind: str, dtype) -> ir.Constant:

@@ -1,4 +1,4 @@
-"""LLVM emission of scans (tileir/scan.py says what each step computes): a mixin of the
+"""LLVM emission of scans (ir/scan_steps.py says what each step computes): a mixin of the
 backend's emitter beside `reduce.ReductionEmitter`, whose shared-memory words and the
 barrier it reuses. `cpu/scan.py` is the same program on the CPU, folding in this order.
 
@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import ops as L
-from ..tileir.scan import smem_words_of
+from ..ir.thread_rules import smem_words
 
 
 def _get(state: tuple, idx) -> tuple:
@@ -181,11 +181,11 @@ class ScanEmitter:
         word = op.attr("slot")
         slots = [[] for _ in range(groups)]
         for d in dtypes:
-            word += word % smem_words_of(d)      # an int64 part starts on 8 bytes
+            word += word % smem_words(d)      # an int64 part starts on 8 bytes
             base = self._smem_base(d)
             for k in range(groups):
-                slots[k].append((base, word // smem_words_of(d) + k * per_thread))
-            word += groups * per_thread * smem_words_of(d)
+                slots[k].append((base, word // smem_words(d) + k * per_thread))
+            word += groups * per_thread * smem_words(d)
         return slots
 
     def _barrier(self):

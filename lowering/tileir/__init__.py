@@ -1,1 +1,1 @@
-"""Stages 3-4: tile programs, and the thread programs a layout makes of them."""
+"""Stage 3: tile programs (the IR builder, lowering/ir/, writes them as IR kernels)."""

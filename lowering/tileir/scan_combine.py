@@ -1,5 +1,5 @@
 """A scan's combine as a program of register ops on scalars, shared by the tile program
-(tile.py builds it from the DSL's traced combine), the thread program (tileir/scan.py
+(tile.py builds it from the DSL's traced combine), the thread-level IR (ir/scan_steps.py
 makes the named scans' one-op programs), the CPU executor and the LLVM emitter.
 
 Ops 0 .. 2k-1 are `scan_arg` (the left state's k parts, then the right's); the others are

@@ -10,6 +10,7 @@ from plait.dsl import (DType, PlaitError, Tensor, algorithm, argmax, argmin, eva
                        max_with_index, min_with_index)
 from plait.lowering.pipeline import lower
 from plait.schedule import load_schedule
+from plait.lowering.ir.thread_view import KernelView
 
 
 def first_extreme(x: np.ndarray, axis: int, kind: str) -> np.ndarray:
@@ -124,12 +125,12 @@ def test_types_and_one_reduction_per_index():
     g = rows.graph()
     assert g.outputs["argmax"].dtype == DType.INT32
     assert g.outputs["max"].dtype == DType.FP32
-    tile = lower(g, None, {"M": 3, "N": 3001}, True, "sm_90a").threads[0]
-    steps = [op for op in tile.ops if op.attr("op") == "argmax"]
+    tile = KernelView(lower(g, None, {"M": 3, "N": 3001}, True, "sm_90a").threads[0])
+    steps = [op for op in tile.in_order if op.attr("op") == "argmax"]
     assert [op.op for op in steps if op.op.startswith(("reduce", "smem"))] == \
-        ["reduce_local", "reduce_shfl", "smem_put", "smem_fold"]
+        ["reduce_local", "reduce_shfl", "smem_put", "smem_fold", "reduce_done"]
     # max and argmax of one x share one exchange (one pair of barriers for all four)
-    assert sum(op.op == "barrier" for op in tile.ops) == 2
+    assert sum(op.op == "barrier" for op in tile.in_order) == 2
 
 
 def test_a_split_axis_is_refused_by_name(tmp_path):

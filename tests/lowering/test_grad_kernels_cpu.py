@@ -8,6 +8,7 @@ from plait.dsl import DType, evaluate
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule import Schedule
 from plait.schedule.lookup import find_schedule
+from plait.lowering.ir.thread_view import KernelView
 
 LOOPED = {"grid": {"M": 16}, "block": {"N": {"threads": 64, "vector": 4}}}
 
@@ -52,7 +53,7 @@ def test_gradient_kernels_walking_rows(name):
     sizes = {"M": 101, "N": 333}
     schedule = Schedule.from_dict({"algorithm": f"{name}.bwd", **LOOPED})
     low = lower(grad(load(name)).graph({}), schedule, sizes, True)
-    assert low.threads[0].layout.loop is not None
+    assert low.threads[0].attr("simt_layout").loop is not None
     assert [k.name for k in low.kernel_graph.kernels] == [f"{name}.bwd", f"{name}.bwd.finish"]
     _check(name, sizes, schedule, DType.FP32, seed=3)
 
@@ -76,8 +77,8 @@ def test_shared_prefetch_keeps_odd_rows_in_registers():
     thread = next(t for t in _layernorm_bwd_lowered(
         {"prefetch_into": "shared", "block": {"N": {"threads": 64, "vector": 1}}}).threads
         if t.name == "layernorm.bwd")
-    assert thread.stage_floats == 0
-    assert not any(op.attr("staged") is not None for op in thread.ops)
+    assert thread.attr("stage_words") == 0
+    assert not any(op.attr("staged") is not None for op in KernelView(thread).in_order)
 
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -94,7 +95,7 @@ def test_shared_prefetch_ring_is_sized_and_assembles(depth):
     kernel = next(k for k in program.kernels if k.name == "layernorm.bwd")
     thread = next(t for t in lower(graph, sched, {"M": 100, "N": 256}, True, "sm_90a").threads
                   if t.name == "layernorm.bwd")
-    assert thread.stage_floats >= (depth + 1) * 2 * 256 * 2 // 4
+    assert thread.attr("stage_words") >= (depth + 1) * 2 * 256 * 2 // 4
     # 8-byte vectors (4 bf16) go through L1: cp.async.ca
     assert kernel.ptx.count("cp.async.ca.shared.global") == 2 * 256 // (64 * 4) * (depth + 1)
     if find_ptxas() is not None:
@@ -106,7 +107,7 @@ def test_wave_tile_spreads_rows_over_one_block_per_sm(M, rows):
     from plait.lowering.limits import SMS
     low = _layernorm_bwd_lowered({"grid": {"M": "wave"}}, {"M": M, "N": 256})
     main = next(t for t in low.threads if t.name == "layernorm.bwd")
-    assert dict(main.layout.grid)["M"] == rows
+    assert dict(main.grid)["M"] == rows
     assert -(-M // rows) <= SMS
 
 
@@ -133,8 +134,9 @@ def test_shared_memory_beyond_the_limit_falls_back_to_registers(N, ring, accumul
                                   "block": {"N": {"threads": 256, "vector": 8}}},
                                  {"M": 4096, "N": N})
     main = next(t for t in low.threads if t.name == "layernorm.bwd")
-    assert (main.stage_floats > 0) == ring and (main.acc_floats > 0) == accumulators
-    assert main.shared_bytes <= shared_limit("sm_90a")
+    assert (main.attr("stage_words") > 0) == ring
+    assert (main.attr("acc_words") > 0) == accumulators
+    assert KernelView(main).shared_bytes <= shared_limit("sm_90a")
 
 
 def test_wave_tile_follows_the_device_multiprocessors():
@@ -145,4 +147,4 @@ def test_wave_tile_follows_the_device_multiprocessors():
     sched = Schedule.from_dict({"algorithm": bwd.name, **LOOPED, "grid": {"M": "wave"}})
     low = lower(graph, sched, {"M": 16384, "N": 256}, True, "sm_90a", multiprocessors=114)
     main = next(t for t in low.threads if t.name == "layernorm.bwd")
-    assert dict(main.layout.grid)["M"] == 144
+    assert dict(main.grid)["M"] == 144

@@ -19,7 +19,7 @@ def rows(x: Tensor["M", "N"]):
 
 def _llvm_ir(n: int) -> str:
     low = lower(rows.graph({"x": DType.FP32}), None, {"M": 5, "N": n}, True, "sm_90a")
-    return emit_llvm_ir(low.threads[0], "plait_rows", "sm_90a")
+    return emit_llvm_ir(low.threads[0], "plait_rows")
 
 
 def _features():

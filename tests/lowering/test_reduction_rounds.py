@@ -1,6 +1,6 @@
 """Reductions over one axis that share a round of shuffles and one shared-memory exchange
 may reduce values of different ranks ([B,M] and [B,M,N] over M). Each must keep its own
-axes: the thread program once gave all of them the first one's, and the LLVM emitter,
+axes: the thread-level lowering once gave all of them the first one's, and the LLVM emitter,
 which shapes fragments by axes, crashed with a numpy broadcast error (or read partials no
 thread had written) where the CPU executor, which shapes by value, ran correctly.
 

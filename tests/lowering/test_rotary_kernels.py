@@ -15,6 +15,7 @@ from plait.dsl import DType, PlaitError, Tensor, algorithm, rotate_half, sum
 from plait.lowering.pipeline import compile_program, emulate, lower
 from plait.runtime.ptxas import assemble, find_ptxas
 from plait.schedule.model import Schedule
+from plait.lowering.ir.thread_view import KernelView
 
 TOL = {DType.FP32: 3e-6, DType.BF16: 1.5e-2}
 SCHEDULES = {
@@ -129,7 +130,7 @@ def test_a_computed_operand_is_staged_into_a_temporary():
     assert "kernel rotary.bwd.rot0 over [B,H,S,D] reads dout, sin writes rotary.bwd.rot0" in text
     forward = lower(load("rotary").graph(), None, dict(ROTARY_SHAPES[0]), True, "sm_90a")
     assert len(forward.kernel_graph.kernels) == 1        # an input rotates in its load
-    loads = [op for op in forward.threads[0].ops if op.op == "load"]
+    loads = [op for op in KernelView(forward.threads[0]).in_order if op.op == "load"]
     assert [op.attr("buffer") for op in loads].count("x") == 2
 
 

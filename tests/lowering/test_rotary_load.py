@@ -17,6 +17,7 @@ from plait.lowering.nvptx.rotate import apply_rotation, rotated_source
 from plait.lowering.pipeline import lower
 from plait.lowering.tileir.rotate_load import rotated_vector, source_index
 from plait.schedule.model import Schedule
+from plait.lowering.ir.thread_view import KernelView
 
 
 def _layout(vector):
@@ -151,9 +152,9 @@ def rot_pairs(x: Tensor["S", "D"]):
 
 @pytest.mark.parametrize("algo,d,want", [(rot, 96, 8), (rot, 24, 4), (rot, 6, 1),
                                          (rot_pairs, 24, 8), (rot_pairs, 6, 2)])
-def test_thread_program_vector_widths(algo, d, want):
+def test_thread_level_vector_widths(algo, d, want):
     schedule = Schedule.from_dict({"algorithm": algo.name, "grid": {"S": 1},
                                    "block": {"D": {"threads": 32, "vector": 8}}})
     low = lower(algo.graph({"x": "bf16"}), schedule, {"S": 5, "D": d}, True, "sm_90a")
-    (load,) = [op for op in low.threads[0].ops if op.op == "load"]
+    (load,) = [op for op in KernelView(low.threads[0]).in_order if op.op == "load"]
     assert load.attr("rotate")[0] == "D" and load.attr("vector") == want

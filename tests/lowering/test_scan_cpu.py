@@ -14,6 +14,7 @@ from plait.dsl import (PlaitError, Tensor, algorithm, cummax, cummin, cumprod, c
 from plait.dsl import sum as total
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule.model import Schedule
+from plait.lowering.ir.thread_view import KernelView
 
 EPS = {np.float32: 2.0 ** -24, ml_dtypes.bfloat16: 2.0 ** -8, np.float16: 2.0 ** -11}
 DEPTH = 80 * 2.0 ** -24    # fp32 rounding of a prefix: at most ~80 adds deep (lanes, warps,
@@ -241,12 +242,12 @@ def test_a_split_scan_is_refused_by_name(tmp_path):
             "block": {"M": {"threads": 32}}}), {"N": 300, "M": 64}, True, "sm_90a")
 
 
-def test_the_thread_program_scans_lanes_then_warps_then_repeats():
+def test_the_thread_level_ir_scans_lanes_then_warps_then_repeats():
     low = lower(rows.graph(), Schedule.from_dict({"algorithm": "rows",
                                                   **SCHEDULES["repeats"]}),
                 {"M": 3, "N": 5000}, True, "sm_90a")
-    prog = low.threads[0]
-    blocks = [op for op in prog.ops if op.op == "scan_block"]
+    prog = KernelView(low.threads[0])
+    blocks = [op for op in prog.in_order if op.op == "scan_block"]
     assert len(blocks) == 5 and all(op.attr("lanes") == (1, 2, 4, 8, 16) for op in blocks)
     assert all(op.attr("warp_bits") == (5,) for op in blocks)
     assert prog.layout.col.reps == 40          # 40 chunks of 128 carry the running total

@@ -1,4 +1,5 @@
-"""Golden text of the kernel graph, tile and thread programs (--update-golden rewrites)."""
+"""Golden text of the kernel graph, the tile programs and the SIMT kernels' thread-level IR
+(--update-golden rewrites)."""
 import pytest
 from examples_catalog import load
 from golden import check_golden

@@ -9,7 +9,7 @@ import pytest
 
 from plait.autodiff import grad
 from plait.dsl import DType, PlaitError, Tensor, algorithm, take
-from plait.lowering.cpu.emulate import run_thread_program
+from plait.lowering.cpu.emulate import run_thread_kernel
 from plait.lowering.pipeline import dump_stages, emulate, lower
 from plait.schedule.model import Schedule
 
@@ -139,7 +139,7 @@ def test_an_out_of_range_index_raises_on_the_cpu_and_is_masked_as_on_the_gpu(rng
                            np.zeros(b.shape(low.sizes), b.dtype.numpy))
                   for b in low.kernel_graph.buffers}
         for t in low.threads:
-            run_thread_program(t, low.sizes, arrays, {}, check_indices=False)
+            run_thread_kernel(t, low.sizes, arrays, {}, check_indices=False)
         keep = (ids >= 0) & (ids < sizes["V"])
         if key == "out":                      # masked: the row reads 0
             want = np.where(keep[:, None], rows[np.clip(ids, 0, sizes["V"] - 1)], 0.0)

@@ -1,8 +1,8 @@
-"""Scans in the thread program: one block walks the whole scanned axis of its rows.
+"""Scans in the thread-level IR: one block walks the whole scanned axis of its rows.
 
 A tile op `cumsum`/`cumprod`/`cummax`/`cummin` (attributes `axis`, `reverse`, `round`),
-or a generic `scan` (its combine a program of register ops, scan_combine.py), becomes
-thread ops over a tuple state, one fragment per part (one part for the named scans):
+or a generic `scan` (its combine a program of register ops, tileir/scan_combine.py),
+becomes thread-level ops over a tuple state, one fragment per part (one part for the named scans):
 
     scan_local  the thread's own elements: those outside the tensor made the scan's
                 identity, then an inclusive scan along the vector lanes (the column axis
@@ -27,21 +27,17 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.cumulative import is_scan
 
 from ..graph.layout import Layout
-from .scan_combine import named_program, scan_identity_value
-from .tile import TileOp
+from ..tileir.scan_combine import named_program, scan_identity_value
+from ..tileir.tile import TileOp
+from .thread_rules import smem_words, thread_bits
 
 SCAN_STEPS = ("scan_local", "scan_block", "scan_part")      # the thread ops of a scan
-
-
-def smem_words_of(dtype) -> int:
-    return 2 if dtype.itemsize == 8 else 1
 
 
 def scan_shape(layout: Layout, axis: str):
     """(lane bits, warp bits) of the scanned axis's thread index: bits below 5 of the
     thread id shuffle within a warp, the others go through shared memory."""
-    m = layout.map_of(axis)
-    bits = tuple(range(m.shift, m.shift + m.threads.bit_length() - 1))
+    bits = thread_bits(layout, axis)
     return tuple(b for b in bits if b < 5), tuple(b for b in bits if b >= 5)
 
 
@@ -63,7 +59,7 @@ def scan_steps(op: TileOp, layout: Layout, kernel: str) -> tuple[dict, dict, int
     shared words it needs). The steps carry a tuple state (one part for cumsum and the
     others, whose combine is made a one-op program here)."""
     if not is_scan(op.op):
-        raise PlaitError(f"expand_scan: {op.op!r} is not a scan")
+        raise PlaitError(f"scan_steps: {op.op!r} is not a scan")
     check_scan_axis(op, layout, kernel)
     axis = op.attr("axis")
     base = {"op": op.op, "axis": axis, "reverse": op.attr("reverse")}
@@ -82,27 +78,8 @@ def scan_steps(op: TileOp, layout: Layout, kernel: str) -> tuple[dict, dict, int
     # the repeat's fragment without the scanned axis, for every other thread bit.
     row, col, vector = layout.fragment(op.axes)
     per_repeat = (col * vector) if m is layout.row else row
-    words = sum((layout.threads // lanes) * per_repeat * smem_words_of(d) + 1
+    words = sum((layout.threads // lanes) * per_repeat * smem_words(d) + 1
                 for d in base["dtypes"])         # + 1: an int64 part is 8-byte aligned
     block = {"lanes": tuple(1 << b for b in range(len(lane_bits))), "warp_bits": warp_bits,
              "slot": 0}
     return base, block, words
-
-
-def expand_scan(op: TileOp, args, layout: Layout, ops: list[TileOp],
-                kernel: str) -> tuple[int, int]:
-    """Append the scan's thread ops to `ops`; (the result's id, shared words it needs).
-    A named scan's result is its one part."""
-    base, block, words = scan_steps(op, layout, kernel)
-
-    def emit(name, args, **attrs):
-        merged = dict(base, **attrs) if name != "scan_part" else attrs
-        ops.append(TileOp(len(ops), name, tuple(args), op.axes, op.dtype,
-                          tuple(sorted((k, v) for k, v in merged.items() if v is not None))))
-        return len(ops) - 1
-
-    local = emit("scan_local", args)
-    done = emit("scan_block", (local,), **block)
-    if op.op != "scan":
-        done = emit("scan_part", (done,), index=0, round=op.attr("round"))
-    return done, words

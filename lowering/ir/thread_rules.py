@@ -1,0 +1,48 @@
+"""What a SIMT kernel's thread layout decides for its thread-level ops: how many elements
+one memory instruction moves, which thread-index bits spread an axis, and how many 4-byte
+shared-memory words a value takes. The thread-level pass (`simt_threads.py`) applies
+them; the emitter and the CPU executor read the same rules where they lay out shared memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from plait.dsl.dtypes import DType
+
+from ..artifact import Buffer
+from ..graph.layout import Layout
+
+# Loop accumulators of more elements per thread than this live in shared memory: a
+# normalization's dw and db over a whole row would otherwise take most registers and
+# leave room for one block per SM.
+MAX_REGISTER_ACCUMULATORS = 8
+
+
+def smem_words(dtype: DType) -> int:
+    """4-byte shared-memory words one register value of `dtype` takes (an int64: 2)."""
+    return 2 if dtype.itemsize == 8 else 1
+
+
+def thread_bits(layout: Layout, axis: str) -> tuple[int, ...]:
+    """The bits of the thread index that spread `axis` (none when no threads do)."""
+    m = layout.map_of(axis)
+    if m is None:
+        return ()
+    return tuple(range(m.shift, m.shift + m.threads.bit_length() - 1))
+
+
+def vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, int]) -> int:
+    """Elements per memory instruction: the layout's vector, split to at most 16 bytes,
+    or 1 when rows of this buffer may start unaligned."""
+    col = layout.col
+    if not aligned or col is None or not buffer.axes or buffer.axes[-1] != col.axis:
+        return 1
+    vec = col.vector
+    while vec > 1 and (vec * buffer.dtype.itemsize > 16 or sizes[col.axis] % vec):
+        vec //= 2
+    return vec
+
+
+def staged_row_words(layout: Layout, buf: Buffer) -> int:
+    """Words one row of `buf` takes in a ring slot: every thread's fragment of it."""
+    return int(np.prod(layout.fragment(buf.axes))) * buf.dtype.itemsize // 4 * layout.threads
