@@ -155,11 +155,49 @@ class AxisNames:
             self._join(node, j, src, d)
 
     def _rule_view(self, node) -> None:
+        """A kept dim is its source's axis; a merged or split dim is an axis of its own
+        (fx_ops writes merge_axes / split_axis between them)."""
         src = node.args[0]
-        ins = [d for d, n in enumerate(shape(src)) if n != 1]
-        outs = [d for d, n in enumerate(shape(node)) if n != 1]
-        for i, j in zip(ins, outs):
-            self._join(node, j, src, i)
+        for ins, outs in view_groups(shape(src), shape(node)) or ():
+            if len(ins) == 1 and len(outs) == 1:
+                self._join(node, outs[0], src, ins[0])
+
+
+def view_groups(src, out) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """How a reshape from `src` to `out` (torch's row-major order) maps dims larger than 1:
+    a list of (source dims, result dims), each group one dim to one (kept), several to one
+    (merged) or one to several (split). None where a group is several to several
+    ([6, 4] -> [4, 6]) or a size is symbolic in a merge or split."""
+    ins = [d for d, n in enumerate(src) if n != 1]
+    outs = [d for d, n in enumerate(out) if n != 1]
+    groups, i, j = [], 0, 0
+    while i < len(ins) and j < len(outs):
+        gi, gj = [ins[i]], [outs[j]]
+        a, b = src[ins[i]], out[outs[j]]
+        i, j = i + 1, j + 1
+        while not _known_equal(a, b):
+            if not (isinstance(a, int) and isinstance(b, int)):
+                return None
+            if a < b and i < len(ins):
+                gi.append(ins[i])
+                a, i = a * src[ins[i]], i + 1
+            elif b < a and j < len(outs):
+                gj.append(outs[j])
+                b, j = b * out[outs[j]], j + 1
+            else:
+                return None
+        if len(gi) > 1 and len(gj) > 1:
+            return None
+        groups.append((tuple(gi), tuple(gj)))
+    return groups if i == len(ins) and j == len(outs) else None
+
+
+def _known_equal(a, b) -> bool:
+    """Two sizes known equal without adding a guard (a symbolic size is never 1)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return bool(statically_known_true(a == b))
 
 
 def _suffix(k: int) -> str:

@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from plait import dsl
+
+from .fx_axes import shape, view_groups
 
 _FLOAT = {"float32", "bfloat16", "float16"}
 
@@ -51,6 +55,14 @@ def _to_copy_accepts(node):
         if k == "device" and v == node.args[0].meta["val"].device:
             continue
         return f"_to_copy with {k}={v!r}"
+    return None
+
+
+def _clone_accepts(node):
+    for k, v in node.kwargs.items():
+        if k != "memory_format" or v not in (None, torch.contiguous_format,
+                                             torch.preserve_format):
+            return f"clone with {k}={v!r}"
     return None
 
 
@@ -127,15 +139,26 @@ def _expand(ctx, node, x, *rest):
 
 
 def _view_accepts(node):
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
     src, out = node.args[0].meta["val"].shape, node.meta["val"].shape
-    # A symbolic size is never 1 (torch specializes sizes 0 and 1), and comparing two
-    # must add no guard: only sizes known equal count as equal.
-    a = [s for s in src if not (isinstance(s, int) and s == 1)]
-    b = [s for s in out if not (isinstance(s, int) and s == 1)]
-    if len(a) != len(b) or not all(statically_known_true(x == y) for x, y in zip(a, b)):
-        return f"{node.target} {list(src)} -> {list(out)} merges or splits dims"
+    if view_groups(tuple(src), tuple(out)) is None:
+        return f"{node.target} {list(src)} -> {list(out)} regroups dims (neither a merge " \
+            "nor a split of neighbours) or merges symbolic sizes"
     return None
+
+
+def _view(ctx, node, x, *rest):
+    """A reshape as merge_axes / split_axis on the groups of dims it changes (kept dims
+    are the same axis on both sides: nothing to write)."""
+    src = node.args[0]
+    for ins, outs in view_groups(shape(src), shape(node)):
+        if len(ins) > 1:
+            x = dsl.merge_axes(x, tuple(ctx.axis(src, d) for d in ins),
+                               into=ctx.axis(node, outs[0]))
+        elif len(outs) > 1:
+            parts = tuple(ctx.axis(node, d) for d in outs)
+            x = dsl.split_axis(x, ctx.axis(src, ins[0]), into=parts,
+                               **{p: shape(node)[d] for p, d in zip(parts[1:], outs[1:])})
+    return x
 
 
 def _where(ctx, node, c, a, b):
@@ -175,7 +198,9 @@ def _table() -> dict:
         aten.silu.default: ew(lambda c, n, x: dsl.silu(x), no_kw),
         aten.gelu.default: ew(_gelu, None),
         aten.where.self: ew(_where, no_kw),
-        aten.clone.default: ew(_same, _only_default_kwargs(memory_format=None)),
+        # a value's layout is its port's business (fx_runner gives each output torch's
+        # strides): inside a region, a clone to any memory format is the value itself
+        aten.clone.default: ew(_same, _clone_accepts),
         aten._to_copy.default: ew(_same, _to_copy_accepts),
         aten.sum.dim_IntList: Entry("reduce", _reduce("sum"), _reduce_accepts),
         aten.amax.default: Entry("reduce", _reduce("amax"), _reduce_accepts),
@@ -190,9 +215,10 @@ def _table() -> dict:
         aten.permute.default: Entry("permute", _same, no_kw, compute=False),
         aten.unsqueeze.default: Entry("view", _same, no_kw, compute=False),
         aten.squeeze.dim: Entry("view", _same, no_kw, compute=False),
-        aten.view.default: Entry("view", _same, _view_accepts, compute=False),
-        aten._unsafe_view.default: Entry("view", _same, _view_accepts, compute=False),
-        aten.reshape.default: Entry("view", _same, _view_accepts, compute=False),
+        aten.view.default: Entry("view", _view, _view_accepts, compute=False),
+        aten._unsafe_view.default: Entry("view", _view, _view_accepts, compute=False),
+        aten.reshape.default: Entry("view", _view, _view_accepts, compute=False),
+        aten.detach.default: Entry("view", _same, no_kw, compute=False),
         aten.expand.default: Entry("expand", _expand, _only_default_kwargs(implicit=False)),
     }
     for name, op in (("gt", "__gt__"), ("lt", "__lt__"), ("ge", "__ge__"), ("le", "__le__"),

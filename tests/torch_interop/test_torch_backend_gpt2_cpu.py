@@ -16,8 +16,8 @@ TOL = dict(rtol=2e-4, atol=2e-5)     # fp32 (plait) against float64 (eager)
 B, T, C, H, V = 2, 7, 48, 4, 97
 
 # regions written as plait (forward + backward graphs); no region may fall back to torch
-GPT2_MAX_REGIONS = 23
-BLOCK_MAX_REGIONS = 16
+GPT2_MAX_REGIONS = 7
+BLOCK_MAX_REGIONS = 5
 
 
 @pytest.fixture(autouse=True)
