@@ -18,6 +18,7 @@ import torch
 
 from plait import dsl
 
+from . import fx_ranges
 from .fx_axes import shape, view_groups
 
 _FLOAT = {"float32", "bfloat16", "float16"}
@@ -181,6 +182,8 @@ def _table() -> dict:
         aten.rsub.Scalar: ew(_rsub, _only_default_kwargs(alpha=1)),
         aten.mul.Tensor: ew(_bin(lambda a, b: a * b), no_kw),
         aten.div.Tensor: ew(_bin(lambda a, b: a / b), no_kw),
+        aten.mul.Scalar: ew(_bin(lambda a, b: a * b), no_kw),
+        aten.div.Scalar: ew(_bin(lambda a, b: a / b), no_kw),
         aten.maximum.default: ew(_bin(dsl.maximum), no_kw),
         aten.minimum.default: ew(_bin(dsl.minimum), no_kw),
         aten.pow.Tensor_Scalar: ew(_pow, no_kw),
@@ -218,6 +221,12 @@ def _table() -> dict:
         aten.view.default: Entry("view", _view, _view_accepts, compute=False),
         aten._unsafe_view.default: Entry("view", _view, _view_accepts, compute=False),
         aten.reshape.default: Entry("view", _view, _view_accepts, compute=False),
+        aten.slice.Tensor: Entry("slice", fx_ranges.build_slice, fx_ranges.slice_accepts),
+        aten.slice_backward.default: Entry("slice_backward", fx_ranges.build_slice_backward,
+                                           fx_ranges.slice_backward_accepts),
+        aten.cat.default: Entry("cat", fx_ranges.build_cat, fx_ranges.cat_accepts),
+        aten.embedding.default: Entry("embedding", fx_ranges.build_embedding,
+                                      fx_ranges.embedding_accepts),
         aten.detach.default: Entry("view", _same, no_kw, compute=False),
         aten.expand.default: Entry("expand", _expand, _only_default_kwargs(implicit=False)),
     }
@@ -242,14 +251,50 @@ def table() -> dict:
     return _TABLE
 
 
+def table_op(name: str):
+    """The ATen overload `aten.<name>.default`, for passes that single one out."""
+    return getattr(torch.ops.aten, name).default
+
+
 def decompositions() -> dict:
     """What AOTAutograd should decompose first: composite ops and backward formulas whose
     parts are in the table (gelu's backward, softmax and its backward, silu's, ...)."""
     import torch
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
-    return get_decompositions([
+    return {**_split_as_slices(), **_var_mean_as_two(), **get_decompositions([
         aten.gelu_backward, aten._softmax, aten._softmax_backward_data, aten._log_softmax,
         aten._log_softmax_backward_data, aten.silu_backward, aten.sigmoid_backward,
         aten.tanh_backward, aten.threshold_backward, aten.native_layer_norm,
-        aten.native_layer_norm_backward])
+        aten.native_layer_norm_backward])}
+
+
+def _var_mean_as_two() -> dict:
+    """var_mean (LayerNorm's decomposition) as var and mean: one value each, no tuple
+    for torch's getitem to cut the region at; plait fuses the two reductions again."""
+    import torch
+    aten = torch.ops.aten
+
+    def var_mean(x, dim=None, *, correction=None, keepdim=False):
+        return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
+                aten.mean.dim(x, dim, keepdim))
+    return {aten.var_mean.correction: var_mean}
+
+
+def _split_as_slices() -> dict:
+    """split and chunk as slices of the operand (torch's own decomposition writes
+    as_strided, which names no dim): their backward is a cat."""
+    import torch
+    aten = torch.ops.aten
+
+    def split(x, size, dim=0):
+        n = x.shape[dim]
+        return [aten.slice.Tensor(x, dim, s, min(s + size, n)) for s in range(0, n, size)]
+
+    def split_with_sizes(x, sizes, dim=0):
+        out, start = [], 0
+        for k in sizes:
+            out.append(aten.slice.Tensor(x, dim, start, start + k))
+            start += k
+        return out
+    return {aten.split.Tensor: split, aten.split_with_sizes.default: split_with_sizes}
