@@ -1,7 +1,10 @@
-"""Training-step time of a LLaMA-style block (tests/torch_interop/backend_models.Block) in bf16:
-torch.compile(backend="plait") against backend="inductor" and eager, in one process.
+"""Training-step time of a LLaMA-style block (tests/torch_interop/backend_models.Block), or of
+a GPT-2-style model (backend_models.GPT2: embeddings, LayerNorm, causal SDPA, GELU-tanh MLP,
+LM head and cross-entropy), in bf16: torch.compile(backend="plait") against
+backend="inductor" and eager, in one process.
 
     python bench/torch_backend.py [--dim 1024 --heads 8 --hidden 2816 --batch 4 --seq 512]
+    python bench/torch_backend.py --model gpt2 [--dim 768 --heads 12 --vocab 50304 --layers 2]
 
 A step is forward, a scalar loss and backward (parameter gradients). Each backend's first
 steps compile and are not timed; then `triton.testing.do_bench` (median, L2 flushed)
@@ -19,17 +22,32 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "torch_interop"))
-from backend_models import Block  # noqa: E402
+from backend_models import GPT2, Block  # noqa: E402
 
 import plait.runtime.torch_backend as plait_backend  # noqa: E402
 
 
-def step_fn(model, x):
+def step_fn(model, x, targets=None):
+    """One training step: a block's loss is its output's mean square; GPT-2's is its
+    cross-entropy against `targets`."""
     def step():
         for p in model.parameters():
             p.grad = None
-        model(x).float().pow(2).mean().backward()
+        loss = model(x).float().pow(2).mean() if targets is None else model(x, targets)
+        loss.backward()
     return step
+
+
+def make_model(args, device="cuda"):
+    """(model in bf16, its inputs) for --model."""
+    if args.model == "gpt2":
+        model = GPT2(args.vocab, args.seq, args.dim, args.heads, args.layers)
+        idx = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
+        targets = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
+        return model.to(device).to(torch.bfloat16), (idx, targets)
+    model = Block(args.dim, args.heads, args.hidden)
+    x = torch.randn(args.batch, args.seq, args.dim, device=device, dtype=torch.bfloat16)
+    return model.to(device).to(torch.bfloat16), (x,)
 
 
 def profile(step, steps: int = 20) -> None:
@@ -48,6 +66,9 @@ def profile(step, steps: int = 20) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("block", "gpt2"), default="block")
+    ap.add_argument("--vocab", type=int, default=50304, help="gpt2: vocabulary size")
+    ap.add_argument("--layers", type=int, default=2, help="gpt2: blocks")
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=2816)
@@ -60,15 +81,14 @@ def main() -> None:
     from triton.testing import do_bench
 
     torch.manual_seed(0)
-    base = Block(args.dim, args.heads, args.hidden).cuda().to(torch.bfloat16)
-    x = torch.randn(args.batch, args.seq, args.dim, device="cuda", dtype=torch.bfloat16)
+    base, inputs = make_model(args)
     rows = []
     for name in ("eager", "inductor", "plait"):
         torch._dynamo.reset()
         plait_backend.reset_stats()
         model = copy.deepcopy(base)
         run = model if name == "eager" else torch.compile(model, backend=name)
-        step = step_fn(run, x)
+        step = step_fn(run, *inputs)
         for _ in range(3):                    # compile and warm up
             step()
         torch.cuda.synchronize()
@@ -77,9 +97,10 @@ def main() -> None:
         if args.profile and name == "plait":
             profile(step)
     eager_ms = rows[0][1]
-    print(f"LLaMA-style block bf16 train step: B{args.batch} T{args.seq} D{args.dim} "
-          f"H{args.heads} hidden {args.hidden}; torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name()}")
+    what = f"GPT-2-style model ({args.layers} blocks, V{args.vocab})" if args.model == "gpt2" \
+        else f"LLaMA-style block (hidden {args.hidden})"
+    print(f"{what} bf16 train step: B{args.batch} T{args.seq} D{args.dim} H{args.heads}; "
+          f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'backend':<10} {'ms/step':>9} {'vs eager':>9}")
     for name, ms, _ in rows:
         print(f"{name:<10} {ms:9.3f} {eager_ms / ms:8.2f}x")

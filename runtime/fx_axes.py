@@ -27,18 +27,44 @@ def dims_of(node, dims) -> list[int]:
     return sorted(d % rank for d in dims)
 
 
+def slice_range(node) -> tuple[int, int, int, int]:
+    """(dim, start, stop, step) of a slice.Tensor node, start and stop clamped into the
+    operand's size as torch clamps them."""
+    src = node.args[0]
+    args = list(node.args[1:]) + [None] * (5 - len(node.args))
+    dim, start, stop, step = (node.kwargs.get(k, a) for k, a in
+                              zip(("dim", "start", "end", "step"), args))
+    dim = dims_of(src, 0 if dim is None else dim)[0]
+    n = shape(src)[dim]
+
+    def clamp(i, default):
+        i = default if i is None else i
+        i = i + n if i < 0 else i
+        return min(max(i, 0), n)
+    return dim, clamp(start, 0), clamp(stop, n), 1 if step is None else step
+
+
+def cat_dim(node) -> int:
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return dims_of(node, dim)[0]
+
+
 class AxisNames:
     """The axis of each (node, dim) slot of a region, from the ops' rules."""
 
     def __init__(self, nodes, table):
         self._parent: dict = {}
+        self._holders: dict = {}        # class root -> the nodes with a dim in that class
+        self.renames: dict = {}         # node -> [(operand, dim, slot it is renamed to)]
         self._nodes = list(nodes)
         for node in self._nodes:
             for d, n in enumerate(shape(node)):
                 if n != 1:
                     self._parent[(node, d)] = (node, d)
+                    self._holders[(node, d)] = {node}
         for node in self._nodes:
             if node.op == "call_function":
+                self._current = node
                 getattr(self, "_rule_" + table[node.target].rule)(node)
         self._names = self._assign()
         for node in self._nodes:
@@ -56,10 +82,20 @@ class AxisNames:
         return slot
 
     def _join(self, a, da, b, db):
+        """(a, da) and (b, db) are one axis; b is the current node's operand. Where one
+        node already has a dim in each class (self-attention's q @ k^T: both positions
+        come from the same T), joining would give it one axis twice: b's dim is then
+        renamed to a's axis when the current node is written (fx_region, a full-range
+        slice: no copy)."""
         if (a, da) in self._parent and (b, db) in self._parent:
             ra, rb = self._find((a, da)), self._find((b, db))
-            if ra != rb:
-                self._parent[rb] = ra
+            if ra == rb:
+                return
+            if self._holders[ra] & self._holders[rb]:
+                self.renames.setdefault(self._current, []).append((b, db, (a, da)))
+                return
+            self._parent[rb] = ra
+            self._holders[ra] |= self._holders.pop(rb)
 
     def _assign(self) -> dict:
         names, used = {}, {}
@@ -154,12 +190,81 @@ class AxisNames:
         for j, d in enumerate(perm):
             self._join(node, j, src, d)
 
+    def _same_rank(self, node, src, dim: int) -> None:
+        """Every dim but `dim` is src's; `dim` too where its size did not change."""
+        for d, n in enumerate(shape(node)):
+            if d != dim or n == shape(src)[d]:
+                self._join(node, d, src, d)
+
+    def _rule_slice(self, node) -> None:
+        self._same_rank(node, node.args[0], slice_range(node)[0])
+
+    def _rule_slice_backward(self, node) -> None:
+        self._same_rank(node, node.args[0], node.args[2] % len(shape(node)))
+
+    def _rule_cat(self, node) -> None:
+        tensors, dim = node.args[0], cat_dim(node)
+        for t in tensors:
+            self._same_rank(node, t, dim if len(tensors) > 1 else -1)
+
+    def _rule_embedding(self, node) -> None:
+        """weight[V, D] read at idx[...]: the result is [..., D]."""
+        weight, idx = node.args[0], node.args[1]
+        for d in range(len(shape(idx))):
+            self._join(node, d, idx, d)
+        self._join(node, len(shape(idx)), weight, 1)
+
     def _rule_view(self, node) -> None:
+        """A kept dim is its source's axis; a merged or split dim is an axis of its own
+        (fx_ops writes merge_axes / split_axis between them)."""
         src = node.args[0]
-        ins = [d for d, n in enumerate(shape(src)) if n != 1]
-        outs = [d for d, n in enumerate(shape(node)) if n != 1]
-        for i, j in zip(ins, outs):
-            self._join(node, j, src, i)
+        for ins, outs in view_groups(shape(src), shape(node)) or ():
+            if len(ins) == 1 and len(outs) == 1:
+                self._join(node, outs[0], src, ins[0])
+
+
+def view_groups(src, out) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """How a reshape from `src` to `out` (torch's row-major order) maps dims larger than 1:
+    a list of (source dims, result dims), each group one dim to one (kept), several to one
+    (merged) or one to several (split). None where a group is several to several
+    ([6, 4] -> [4, 6], [6, 4] -> [2, 12]). Symbolic sizes group where their products
+    are known equal without a guard ([2, s0, 16] -> [2*s0, 16])."""
+    ins = [d for d, n in enumerate(src) if n != 1]
+    outs = [d for d, n in enumerate(out) if n != 1]
+    groups, i, j = [], 0, 0
+    while i < len(ins) and j < len(outs):
+        gi, gj = [ins[i]], [outs[j]]
+        a, b = src[ins[i]], out[outs[j]]
+        i, j = i + 1, j + 1
+        while not _known_equal(a, b):
+            if i < len(ins) and _divides(a, b):
+                gi.append(ins[i])
+                a, i = a * src[ins[i]], i + 1
+            elif j < len(outs) and _divides(b, a):
+                gj.append(outs[j])
+                b, j = b * out[outs[j]], j + 1
+            else:
+                return None
+        if len(gi) > 1 and len(gj) > 1:
+            return None
+        groups.append((tuple(gi), tuple(gj)))
+    return groups if i == len(ins) and j == len(outs) else None
+
+
+def _divides(a, b) -> bool:
+    """a is a proper part of b (a < b and a divides it), known without a guard."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b and b % a == 0
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return bool(statically_known_true(b % a == 0)) and not _known_equal(a, b)
+
+
+def _known_equal(a, b) -> bool:
+    """Two sizes known equal without adding a guard (a symbolic size is never 1)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return bool(statically_known_true(a == b))
 
 
 def _suffix(k: int) -> str:

@@ -11,7 +11,7 @@ written over concrete axes (fx_axes names an axis by its extent), so a `DynamicR
 keeps the symbolic submodule and, per call signature (each input's shape, strides, dtype
 and device, and each integer input's value), writes a concrete copy: the integer inputs
 become constants and FakeTensorProp gives every node the fake value of those sizes. Each
-node is checked again at those sizes (fx_partition.unsupported_reason); the copy then
+node is checked again at those sizes (fx_support.unsupported_reason); the copy then
 goes through the same path as a static region (fx_region, fx_runner), and a size plait
 refuses runs the symbolic submodule as torch would, for that size only.
 
@@ -29,6 +29,10 @@ import threading
 import torch
 
 from plait.dsl.errors import PlaitError
+
+from .fx_region import region_algorithm
+from .fx_runner import PlaitRegion
+from .fx_support import unsupported_reason
 
 log = logging.getLogger("plait.torch_backend")
 
@@ -85,8 +89,6 @@ def shared_region(gm, name: str, stats):
     """The PlaitRegion computing concrete submodule gm: one kept for the same structure,
     else a new one (raises PlaitError, or what fx_region raises, where plait cannot
     write it)."""
-    from .fx_region import region_algorithm
-    from .fx_runner import PlaitRegion
     key = fingerprint(gm)
     with _lock:
         found = _shared.get(key)
@@ -130,7 +132,27 @@ def concrete_graph(sub, args) -> torch.fx.GraphModule:
     fakes = [mode.from_tensor(t) for t in tensors]
     with torch.no_grad():
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    _drop_whole_slices(gm)
     return gm
+
+
+def _drop_whole_slices(gm) -> None:
+    """Remove slices of a whole dim (x[:s0] with s0 the size): a symbolic trace writes
+    them where the static one of the same code has none, and the region would then not
+    be the one compiled at these sizes before (shared_region keys by structure)."""
+    slice_op = torch.ops.aten.slice.Tensor
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is slice_op:
+            src = node.args[0]
+            if shape_of(src) == shape_of(node) and (list(node.args) + [1] * 5)[4] in (1, None):
+                node.replace_all_uses_with(src)
+                gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def shape_of(node) -> tuple:
+    v = node.meta.get("val")
+    return tuple(v.shape) if isinstance(v, torch.Tensor) else ()
 
 
 class DynamicRegion(torch.nn.Module):
@@ -153,7 +175,6 @@ class DynamicRegion(torch.nn.Module):
         return region(*(a for a in args if isinstance(a, torch.Tensor)))
 
     def _specialize(self, args):
-        from .fx_partition import unsupported_reason
         shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
         name = f"{self.name}_s{len(self.sizes)}"
         try:

@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from plait import dsl
+
+from . import fx_ranges
+from .fx_axes import shape, view_groups
 
 _FLOAT = {"float32", "bfloat16", "float16"}
 
@@ -51,6 +56,14 @@ def _to_copy_accepts(node):
         if k == "device" and v == node.args[0].meta["val"].device:
             continue
         return f"_to_copy with {k}={v!r}"
+    return None
+
+
+def _clone_accepts(node):
+    for k, v in node.kwargs.items():
+        if k != "memory_format" or v not in (None, torch.contiguous_format,
+                                             torch.preserve_format):
+            return f"clone with {k}={v!r}"
     return None
 
 
@@ -127,15 +140,26 @@ def _expand(ctx, node, x, *rest):
 
 
 def _view_accepts(node):
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
     src, out = node.args[0].meta["val"].shape, node.meta["val"].shape
-    # A symbolic size is never 1 (torch specializes sizes 0 and 1), and comparing two
-    # must add no guard: only sizes known equal count as equal.
-    a = [s for s in src if not (isinstance(s, int) and s == 1)]
-    b = [s for s in out if not (isinstance(s, int) and s == 1)]
-    if len(a) != len(b) or not all(statically_known_true(x == y) for x, y in zip(a, b)):
-        return f"{node.target} {list(src)} -> {list(out)} merges or splits dims"
+    if view_groups(tuple(src), tuple(out)) is None:
+        return f"{node.target} {list(src)} -> {list(out)} regroups dims (neither a merge " \
+            "nor a split of neighbours) or merges symbolic sizes"
     return None
+
+
+def _view(ctx, node, x, *rest):
+    """A reshape as merge_axes / split_axis on the groups of dims it changes (kept dims
+    are the same axis on both sides: nothing to write)."""
+    src = node.args[0]
+    for ins, outs in view_groups(shape(src), shape(node)):
+        if len(ins) > 1:
+            x = dsl.merge_axes(x, tuple(ctx.axis(src, d) for d in ins),
+                               into=ctx.axis(node, outs[0]))
+        elif len(outs) > 1:
+            parts = tuple(ctx.axis(node, d) for d in outs)
+            x = dsl.split_axis(x, ctx.axis(src, ins[0]), into=parts,
+                               **{p: shape(node)[d] for p, d in zip(parts[1:], outs[1:])})
+    return x
 
 
 def _where(ctx, node, c, a, b):
@@ -158,6 +182,8 @@ def _table() -> dict:
         aten.rsub.Scalar: ew(_rsub, _only_default_kwargs(alpha=1)),
         aten.mul.Tensor: ew(_bin(lambda a, b: a * b), no_kw),
         aten.div.Tensor: ew(_bin(lambda a, b: a / b), no_kw),
+        aten.mul.Scalar: ew(_bin(lambda a, b: a * b), no_kw),
+        aten.div.Scalar: ew(_bin(lambda a, b: a / b), no_kw),
         aten.maximum.default: ew(_bin(dsl.maximum), no_kw),
         aten.minimum.default: ew(_bin(dsl.minimum), no_kw),
         aten.pow.Tensor_Scalar: ew(_pow, no_kw),
@@ -175,7 +201,9 @@ def _table() -> dict:
         aten.silu.default: ew(lambda c, n, x: dsl.silu(x), no_kw),
         aten.gelu.default: ew(_gelu, None),
         aten.where.self: ew(_where, no_kw),
-        aten.clone.default: ew(_same, _only_default_kwargs(memory_format=None)),
+        # a value's layout is its port's business (fx_runner gives each output torch's
+        # strides): inside a region, a clone to any memory format is the value itself
+        aten.clone.default: ew(_same, _clone_accepts),
         aten._to_copy.default: ew(_same, _to_copy_accepts),
         aten.sum.dim_IntList: Entry("reduce", _reduce("sum"), _reduce_accepts),
         aten.amax.default: Entry("reduce", _reduce("amax"), _reduce_accepts),
@@ -190,9 +218,16 @@ def _table() -> dict:
         aten.permute.default: Entry("permute", _same, no_kw, compute=False),
         aten.unsqueeze.default: Entry("view", _same, no_kw, compute=False),
         aten.squeeze.dim: Entry("view", _same, no_kw, compute=False),
-        aten.view.default: Entry("view", _same, _view_accepts, compute=False),
-        aten._unsafe_view.default: Entry("view", _same, _view_accepts, compute=False),
-        aten.reshape.default: Entry("view", _same, _view_accepts, compute=False),
+        aten.view.default: Entry("view", _view, _view_accepts, compute=False),
+        aten._unsafe_view.default: Entry("view", _view, _view_accepts, compute=False),
+        aten.reshape.default: Entry("view", _view, _view_accepts, compute=False),
+        aten.slice.Tensor: Entry("slice", fx_ranges.build_slice, fx_ranges.slice_accepts),
+        aten.slice_backward.default: Entry("slice_backward", fx_ranges.build_slice_backward,
+                                           fx_ranges.slice_backward_accepts),
+        aten.cat.default: Entry("cat", fx_ranges.build_cat, fx_ranges.cat_accepts),
+        aten.embedding.default: Entry("embedding", fx_ranges.build_embedding,
+                                      fx_ranges.embedding_accepts),
+        aten.detach.default: Entry("view", _same, no_kw, compute=False),
         aten.expand.default: Entry("expand", _expand, _only_default_kwargs(implicit=False)),
     }
     for name, op in (("gt", "__gt__"), ("lt", "__lt__"), ("ge", "__ge__"), ("le", "__le__"),
@@ -216,14 +251,50 @@ def table() -> dict:
     return _TABLE
 
 
+def table_op(name: str):
+    """The ATen overload `aten.<name>.default`, for passes that single one out."""
+    return getattr(torch.ops.aten, name).default
+
+
 def decompositions() -> dict:
     """What AOTAutograd should decompose first: composite ops and backward formulas whose
     parts are in the table (gelu's backward, softmax and its backward, silu's, ...)."""
     import torch
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
-    return get_decompositions([
+    return {**_split_as_slices(), **_var_mean_as_two(), **get_decompositions([
         aten.gelu_backward, aten._softmax, aten._softmax_backward_data, aten._log_softmax,
         aten._log_softmax_backward_data, aten.silu_backward, aten.sigmoid_backward,
         aten.tanh_backward, aten.threshold_backward, aten.native_layer_norm,
-        aten.native_layer_norm_backward])
+        aten.native_layer_norm_backward])}
+
+
+def _var_mean_as_two() -> dict:
+    """var_mean (LayerNorm's decomposition) as var and mean: one value each, no tuple
+    for torch's getitem to cut the region at; plait fuses the two reductions again."""
+    import torch
+    aten = torch.ops.aten
+
+    def var_mean(x, dim=None, *, correction=None, keepdim=False):
+        return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
+                aten.mean.dim(x, dim, keepdim))
+    return {aten.var_mean.correction: var_mean}
+
+
+def _split_as_slices() -> dict:
+    """split and chunk as slices of the operand (torch's own decomposition writes
+    as_strided, which names no dim): their backward is a cat."""
+    import torch
+    aten = torch.ops.aten
+
+    def split(x, size, dim=0):
+        n = x.shape[dim]
+        return [aten.slice.Tensor(x, dim, s, min(s + size, n)) for s in range(0, n, size)]
+
+    def split_with_sizes(x, sizes, dim=0):
+        out, start = [], 0
+        for k in sizes:
+            out.append(aten.slice.Tensor(x, dim, start, start + k))
+            start += k
+        return out
+    return {aten.split.Tensor: split, aten.split_with_sizes.default: split_with_sizes}

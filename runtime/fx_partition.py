@@ -2,12 +2,13 @@
 
     gm = plait_regions(gm, stats)      # the same GraphModule, regions replaced by PlaitRegion
 
-A node is supported when its op is in fx_ops' table and accepts this use, and every tensor
-it reads or writes has a dtype plait has (fp32, bf16, fp16, bool) and a CPU or CUDA
-device; sizes may be symbolic (a region of those is a fx_dynamic.DynamicRegion, written
-per concrete size at its first call), and a size may enter as a SymInt argument. torch.fx's CapabilityBasedPartitioner groups supported nodes into
-maximal connected regions that create no cycle; a region with no compute op (views
-alone) stays with torch, and so does one fx_region cannot write as an algorithm.
+Which nodes plait takes is fx_support's answer (unsupported_reason); sizes may be symbolic
+(a region of those is a fx_dynamic.DynamicRegion, written per concrete size at its first
+call). torch.fx's CapabilityBasedPartitioner groups supported nodes into maximal
+connected regions that create no cycle; an expand only torch reads is left outside
+(torch's expand is a free view); a region with no compute op (views alone) stays with
+torch, and so does one fx_region cannot write as an algorithm. Under PLAIT_TORCH_DEBUG
+the choices are logged as a table (fx_report).
 """
 from __future__ import annotations
 
@@ -19,59 +20,11 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from plait.dsl.errors import PlaitError
 
-from . import fx_ops
+from . import fx_ops, fx_report
 from .fx_dynamic import DynamicRegion, shared_region, symbolic
+from .fx_support import unsupported_reason
 
 log = logging.getLogger("plait.torch_backend")
-
-_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.bool}
-
-
-def _tensor_reason(value, what: str) -> str | None:
-    if not isinstance(value, torch.Tensor):
-        return f"{what} is not a tensor"
-    if value.dtype not in _DTYPES:
-        return f"{what} is {value.dtype}"
-    if value.device.type not in ("cpu", "cuda"):
-        return f"{what} is on {value.device}"
-    if value.dim() == 0:
-        return f"{what} is 0-dimensional"
-    return None           # symbolic sizes too: fx_dynamic compiles them per concrete size
-
-
-def _size_node(a) -> bool:
-    """A graph value that is a number (a SymInt size): a region input, constant per size."""
-    return isinstance(a, torch.fx.Node) and \
-        isinstance(a.meta.get("val"), (int, float, torch.SymInt, torch.SymFloat))
-
-
-def _scalar_ok(a) -> bool:
-    if isinstance(a, (list, tuple)):
-        return all(_scalar_ok(x) for x in a)
-    return a is None or _size_node(a) or isinstance(
-        a, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format,
-            torch.layout))
-
-
-def unsupported_reason(node) -> str | None:
-    """None when plait can take this node, else why not."""
-    if node.op != "call_function":
-        return f"{node.op} node"
-    entry = fx_ops.table().get(node.target)
-    if entry is None:
-        return f"{node.target} is not in plait's op table"
-    why = _tensor_reason(node.meta.get("val"), "its result")
-    if why:
-        return why
-    for a in list(node.args) + list(node.kwargs.values()):
-        if isinstance(a, torch.fx.Node) and not _size_node(a):
-            why = _tensor_reason(a.meta.get("val"), f"operand {a.name}")
-            if why:
-                return why
-        elif not _scalar_ok(a):
-            return f"argument {a!r} is not a plain scalar"
-    return entry.accepts(node) if entry.accepts else None
-
 
 class _Support(OperatorSupportBase):
     def __init__(self):
@@ -119,6 +72,16 @@ def _views_outside(gm, partition) -> None:
                 u.replace_input_with(node, outside[node])
 
 
+def _expands_outside(partition) -> None:
+    """An expand that only torch reads leaves the region: torch's expand is a view (no
+    copy), and the axis it adds may be one no region input has, which plait could not
+    size."""
+    expand = fx_ops.table_op("expand")
+    for node in list(partition.nodes):
+        if node.target is expand and all(u not in partition.nodes for u in node.users):
+            partition.remove_node(node)
+
+
 def _on_cpu(partition) -> bool:
     return any(getattr(n.meta.get("val"), "device", None) == torch.device("cpu")
                for n in partition.nodes)
@@ -140,8 +103,15 @@ def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph", cpu=Non
     if not partitions:
         return gm
     for p in partitions:
+        _expands_outside(p)
+    partitions = [p for p in partitions if _has_compute(p)]
+    report = log.isEnabledFor(logging.DEBUG)
+    stops = [fx_report.stop_reasons(p, unsupported_reason) if report else [] for p in partitions]
+    sizes = [sum(1 for n in p.nodes if n.op == "call_function") for p in partitions]
+    for p in partitions:
         _views_outside(gm, p)
     gm = partitioner.fuse_partitions(partitions, prefix="plait_region_")
+    rows = []
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("plait_region_"):
             continue
@@ -161,5 +131,13 @@ def plait_regions(gm: torch.fx.GraphModule, stats, label: str = "graph", cpu=Non
             continue
         stats["regions"] += 1
         setattr(gm, node.target, region)
+    if report:
+        for node in gm.graph.nodes:
+            if node.op == "call_module" and node.target.startswith("plait_region_"):
+                i = int(node.target.rsplit("_", 1)[1])
+                region = getattr(gm, node.target)
+                rows.append((f"{label}_{node.target}", sizes[i],
+                             fx_report.kernel_count(region), stops[i]))
+        log.debug("%s", fx_report.table(label, rows))
     gm.recompile()
     return gm

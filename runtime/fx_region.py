@@ -71,6 +71,20 @@ def _arg(env, a):
     return env[a] if hasattr(a, "meta") and a in env else a
 
 
+def _renamed(env, names: AxisNames, node) -> dict:
+    """env with the operands fx_axes renames for this node renamed (a full-range slice
+    into the axis torch aligns the dim with)."""
+    renames = names.renames.get(node)
+    if not renames:
+        return env
+    env = dict(env)
+    for src, dim, target in renames:
+        old, new = names.axis(src, dim), names.axis(*target)
+        if old != new and old in env[src].axes:
+            env[src] = dsl.slice(env[src], into=new, **{old: (0, shape(src)[dim])})
+    return env
+
+
 def _body(graph, names: AxisNames, table):
     """The function the DSL traces: each FX node through its builder, in graph order."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -81,7 +95,7 @@ def _body(graph, names: AxisNames, table):
         for node in graph.nodes:
             if node.op != "call_function":
                 continue
-            args = [_arg(env, a) for a in node.args]
+            args = [_arg(_renamed(env, names, node), a) for a in node.args]
             value = table[node.target].build(names, node, *args)
             want = _plait_dtype(node)
             if value.dtype != want:

@@ -4,15 +4,17 @@
     model = torch.compile(model, backend="plait")   # found through the entry point
     loss = model(x).sum(); loss.backward()          # forward and backward both compiled
 
-Dynamo hands the backend a graph; AOTAutograd (torch's own, through
-`torch._dynamo.backends.common.aot_autograd`) splits it into forward and backward ATen
-graphs, decomposing composite ops (softmax, GELU's backward, ...) into ones the op table
-has. Each of the two graphs goes through fx_partition: maximal regions of supported nodes
+Dynamo hands the backend a graph; its scaled_dot_product_attention calls without
+dropout are first rewritten as plain attention math (fx_attention), then AOTAutograd
+(torch's own, through `torch._dynamo.backends.common.aot_autograd`) splits it into
+forward and backward ATen graphs, decomposing composite ops (softmax, LayerNorm,
+var_mean, split, GELU's backward, ...) into ones the op table has. Each of the two
+graphs goes through fx_partition: maximal regions of supported nodes
 become plait algorithms (fx_region) run by PlaitRegion (fx_runner); everything else is
 left as the FX nodes torch runs. A region of symbolic sizes (dynamic shapes) is compiled
 per concrete size at its first call at it (fx_dynamic). A region plait refuses runs as
 torch would, and the logger "plait.torch_backend" says why (PLAIT_TORCH_DEBUG=1 prints
-it, and each region's DSL source, on stderr).
+it, each region's DSL source, and a table of the partitioner's choices, on stderr).
 
 CPU tensors are left to torch: plait's CPU executor is the spec the tests check kernels
 against, hundreds of times slower than torch's own CPU kernels. A graph with regions on
@@ -41,6 +43,7 @@ import torch
 from plait.dsl.errors import PlaitError, PlaitWarning
 
 from . import fx_ops
+from .fx_attention import attention_as_math
 from .fx_partition import plait_regions
 
 log = logging.getLogger("plait.torch_backend")
@@ -119,7 +122,8 @@ def plait_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=N
     """The torch.compile backend: AOTAutograd with plait compiling both graphs. `options`
     (torch.compile's): {"cpu": True} runs regions on CPU tensors through plait's CPU
     executor. `mode` is accepted and changes nothing here."""
-    return _aot(_CpuPolicy(options))(gm, example_inputs)
+    cpu = _CpuPolicy(options)
+    return _aot(cpu)(attention_as_math(gm), example_inputs)
 
 
 def register() -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
 
+from .torch_op_define import _define, _torch_dtype, output_meta
+
 
 @dataclass(frozen=True)
 class Backward:
@@ -61,7 +63,6 @@ class Backwards:
             return self.variants[wrt]
 
     def _register(self, wrt: tuple, bwd, qualname: str) -> Backward:
-        from .torch_op import _define
         grad_names = tuple(bwd.graph().outputs)
         op, handles = _define(qualname, bwd, self.grad_schedule, len(grad_names))
         made = Backward(wrt, op, bwd, handles, grad_names, tuple(p.name for p in bwd.params))
@@ -76,8 +77,6 @@ def wire_autograd(op, backs: Backwards, n_user: int) -> None:
     import torch
 
     from plait.autodiff.reverse import grad_name
-
-    from .torch_op import _torch_dtype, output_meta
     algo, params = backs.algo, backs.algo.params
     wrt = set(backs.wrt)
     fwd_names = backs.fwd_names

@@ -79,3 +79,45 @@ class Block(torch.nn.Module):
         a = (p @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.o(a)
         return x + self.mlp(self.n2(x))
+
+
+class GPT2Block(torch.nn.Module):
+    """A GPT-2-style block: LayerNorm, causal scaled_dot_product_attention, GELU-tanh MLP,
+    residuals."""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        for ln in (self.ln1, self.ln2):          # not the identity: its gradient matters
+            torch.nn.init.normal_(ln.weight, 1.0, 0.1)
+            torch.nn.init.normal_(ln.bias, 0.0, 0.1)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2(torch.nn.Module):
+    """Token and learned position embeddings, GPT-2 blocks, a final LayerNorm and an LM
+    head; forward(idx, targets) is the mean cross-entropy over int64 targets."""
+    def __init__(self, vocab, seq, d, heads, layers=1):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(seq, d)
+        self.blocks = torch.nn.ModuleList(GPT2Block(d, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
