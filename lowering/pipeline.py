@@ -31,7 +31,7 @@ from .graph.layout import make_layout
 from .graph.policy import resolve
 from .target import DEFAULT_TARGET, get_target
 from .limits import STATIC_SHARED_LIMIT, check_extents, check_grids
-from .tileir.thread import ThreadProgram, build_thread_program
+from .tileir.thread import ThreadProgram, build_thread_program, refuse_sort
 from .cpu.stream_emulate import run_stream_program
 from .stream.plan import StreamKernel, plan_stream
 from .tileir.tile import TileProgram
@@ -217,6 +217,7 @@ def _simt_ptx(t: ThreadProgram, tile: TileProgram, sizes: dict[str, int], aligne
     if ir_simt_enabled():
         return emit_ir_ptx(simt_kernel(t, tile, sizes, aligned, target), None, entry)
     from .nvptx.backend import emit_ptx
+    refuse_sort(t)
     return emit_ptx(t, entry, target)
 
 
@@ -253,6 +254,7 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
             emulator.run_thread_kernel(simt_kernel(t, tile, low.sizes, True, target),
                                        low.sizes, arrays, values)
         else:
+            refuse_sort(t)
             emulator.run_thread_program(t, low.sizes, arrays, values)
     return {name: arrays[name] for name in graph.outputs}
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
-from plait.dsl.cumulative import is_scan
 from plait.dsl.reshape import RESHAPES
 from plait.dsl.select import is_pair
+from plait.dsl.sort import walks_rows
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule
 from plait.schedule.kernel_names import kernel_name
@@ -109,7 +109,7 @@ def group_kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) ->
 def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    scanned = {n.attr("axis") for n in nodes if is_scan(n.op)}
+    scanned = {n.attr("axis") for n in nodes if walks_rows(n.op)}
     default = scan_default(axes, scanned, reduced, itemsize, sizes) if scanned else \
         default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:

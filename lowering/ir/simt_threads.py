@@ -33,6 +33,7 @@ from ..limits import shared_limit
 from ..tileir.tile import TileOp
 from ..tileir.rotate_load import rotated_vector
 from ..tileir.scan import scan_steps
+from ..tileir.sort import sort_steps
 from ..tileir.thread import (MAX_REGISTER_ACCUMULATORS, _thread_bits, _vector_for,
                              smem_words, staged_row_words)
 from .layout_simt import blocked_dims
@@ -106,6 +107,8 @@ class _Lowering:
                 continue
             elif op.name == "scan":
                 self.scan(op)
+            elif op.name == "sort":
+                self.sort(op)
             elif op.name == "yield":
                 self.b.op("yield", tuple(self.value[a] for a in op.args))
             else:
@@ -198,6 +201,19 @@ class _Lowering:
             rt = self.k.type_of(r)
             self.value[r] = self.b.emit("scan_part", (done,), self.type(rt.axes, rt.dtype),
                                         index=i, round=op.attr("round") if named else None)
+
+    def sort(self, op: Op) -> None:
+        """A sort along a spread axis: `sort_block` (the bitonic network in shared memory,
+        `tileir/sort.py` says how), then `sort_part` for the values and the indices."""
+        t = self.k.type_of(op.results[0])
+        attrs, words = sort_steps(self.lay, op.attr("axis"), self.k.name)
+        self.smem = max(self.smem, words)
+        done = self.b.emit("sort_block", (self.value[op.args[0]],), self.type(t.axes, t.dtype),
+                           descending=op.attr("descending"), slot=0, **attrs)
+        for i, r in enumerate(op.results):
+            rt = self.k.type_of(r)
+            self.value[r] = self.b.emit("sort_part", (done,), self.type(rt.axes, rt.dtype),
+                                        index=i)
 
     def reductions(self, group: list[Op]) -> None:
         """Reduces over one axis lowered together; their results share one exchange."""

@@ -356,3 +356,11 @@ def _expand_reductions(group: list[TileOp], group_args, layout: Layout,
         ops.append(TileOp(len(ops), "reduce_done", (v,), op.axes, op.dtype, op.attrs))
         results.append(len(ops) - 1)
     return results, words
+
+
+def refuse_sort(prog: ThreadProgram) -> None:
+    """The thread-program path (PLAIT_IR_SIMT=0) has no sort: its ops stay tile ops here,
+    which only the thread-level IR lowers (`ir/simt_threads.py`)."""
+    if any(op.op == "sort" for op in prog.ops):
+        raise PlaitError(f"kernel {prog.name}: sort is lowered through the thread-level IR "
+                         "only; unset PLAIT_IR_SIMT=0 (the thread-program path has no sort)")
