@@ -27,12 +27,14 @@ from ..limits import STATIC_SHARED_LIMIT
 from .arg_reduce import PairReductionEmitter
 from .reduce import ReductionEmitter
 from .scan import ScanEmitter
+from .sort import SortEmitter
 from .rotate import apply_rotation, rotated_source
 from .ptx_memory import asm_load_words as _asm_load_words
 from .ptx_memory import unpack_words as _unpack_words
 from .ptx_memory import asm_store as _asm_store
 from .ptx_memory import asm_store_words as _asm_store_words
 from ..tileir.scan import SCAN_STEPS
+from ..tileir.sort import SORT_STEPS
 from ..tileir.thread import ThreadProgram, pair_step
 from ..tileir.tile import register_dtype
 
@@ -47,7 +49,7 @@ def emit_llvm_ir(prog: ThreadProgram, entry: str, target: str) -> str:
     return str(_Emitter(prog, entry, target).module)
 
 
-class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
+class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter):
     def __init__(self, prog: ThreadProgram, entry: str, target: str):
         self.prog = prog
         self.lay = prog.layout
@@ -280,6 +282,8 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
             return self._pair_op(op, args)
         if kind in SCAN_STEPS:
             return self._scan_op(op, args)
+        if kind in SORT_STEPS:
+            return self._sort_op(op, args)
         if kind == "smem_put":
             self._smem_put(op, args[0])
             return None
