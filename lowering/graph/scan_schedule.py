@@ -46,6 +46,18 @@ def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
                                                     (inner, AxisBlock(col, vec))))
 
 
+def sort_default(axes: tuple[str, ...], axis: str, itemsize: int, sizes) -> KernelSchedule:
+    """A block per row of a sort over `axis`: threads on it (about 4 elements each, at
+    least a warp), every other axis a grid tile of 1; the innermost axis keeps the row-
+    reduction block (threads along the row, vectors of contiguous elements)."""
+    if axis == axes[-1]:
+        return scan_default(axes, {axis}, set(), itemsize, sizes)
+    length = (sizes or {}).get(axis, 1024)
+    threads = max(32, min(1024, next_pow2(-(-length // 4))))
+    return KernelSchedule(grid=tuple((a, 1) for a in axes if a != axis),
+                          block=((axis, AxisBlock(threads)),))
+
+
 def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
     """A scan over an axis split across blocks would need the earlier blocks' totals, a
     sort the other blocks' keys: refused by name, with the schedule's file and line. A

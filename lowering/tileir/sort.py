@@ -33,9 +33,11 @@ SORT_STEPS = ("sort_block", "sort_part")       # the thread ops of a sort
 
 
 def network_width(layout: Layout, axis: str) -> int:
-    """The bitonic network's size: the power of two at or above the block's extent."""
-    extent = layout.map_of(axis).extent
-    return 1 << max(extent - 1, 0).bit_length()
+    """The bitonic network's size: the power of two at or above the positions the block's
+    threads hold (repeats x threads x vector; fixed by the fragment, not the size)."""
+    m = layout.map_of(axis)
+    held = m.reps * m.threads * m.vector
+    return 1 << max(held - 1, 0).bit_length()
 
 
 def sort_steps(layout: Layout, axis: str, kernel: str) -> tuple[dict, int]:
@@ -57,6 +59,7 @@ def sort_steps(layout: Layout, axis: str, kernel: str) -> tuple[dict, int]:
                          f"give {other.axis} a grid tile of 1 and no threads")
     width = network_width(layout, axis)
     if width > SORT_MAX_EXTENT:
-        raise PlaitError(f"kernel {kernel}: sort over {axis}: the block covers {m.extent} "
-                         f"positions, more than a network of {SORT_MAX_EXTENT} holds")
+        raise PlaitError(f"kernel {kernel}: sort over {axis}: the block's threads hold "
+                         f"{m.reps * m.threads * m.vector} positions, more than a network "
+                         f"of {SORT_MAX_EXTENT} holds: give {axis} fewer threads")
     return {"axis": axis, "width": width}, 2 * width
