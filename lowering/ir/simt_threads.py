@@ -144,9 +144,12 @@ class _Lowering:
         vec = _vector_for(buf, self.lay, self.aligned, self.sizes)
         if op.attr("rotate") is not None:
             vec = rotated_vector(op.attr("rotate"), buf, self.lay, vec, self.sizes)
-        if op.attr("take") is not None and self.lay.col is not None and \
-                self.lay.col.axis in self.k.type_of(op.args[0]).axes:
-            vec = 1            # the row changes along the vector: one element at a time
+        if op.attr("take") is not None and self.lay.col is not None and (
+                self.lay.col.axis in self.k.type_of(op.args[0]).axes or
+                self.lay.col.axis not in self.k.type_of(op.results[0]).axes):
+            # the row changes along the vector, or the result has no vector (the table's
+            # column axis is the one taken): one element at a time
+            vec = 1
         if op.attr("view") is not None:
             vec = 1            # remapped indices: one element at a time
         return vec
