@@ -62,3 +62,16 @@ def sort_block(m, op, value) -> tuple[np.ndarray, np.ndarray]:
     at = np.minimum(pos, width - 1)
     return (np.take_along_axis(keys, at, 1).reshape(shape),
             np.take_along_axis(idx, at, 1).reshape(shape))
+
+
+def sort_along(value: np.ndarray, d: int, size: int, descending: bool) -> tuple:
+    """(keys, int32 indices) of `value` sorted along dim d by the same network (the IR
+    interpreter's sort): positions from `size` on are sentinels, after every element."""
+    rows = np.moveaxis(value, d, -1)
+    n = rows.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    keys = np.zeros((int(np.prod(rows.shape[:-1])), width), rows.dtype)
+    keys[:, :n] = rows.reshape(-1, n)
+    idx = np.tile(np.arange(width, dtype=np.int32), (keys.shape[0], 1))
+    bitonic(keys, idx, size, descending)
+    return tuple(np.moveaxis(a[:, :n].reshape(rows.shape), -1, d) for a in (keys, idx))
