@@ -6,6 +6,7 @@ largest, take a softmax over those k and draw one of them with a counter-based u
     u          = rand(seed, over=("B",))                              one uniform per row
     choice     = number of k whose running sum of p is <= u           (inverse CDF)
     token      = at[b, choice[b]]                                     an int32 vocabulary id
+    p          = p[b, choice[b]]                                      its probability
 
 The draw is a pure function of (seed, row): the float64 reference, the CPU executor and
 the GPU pick the same token. k is fixed when the algorithm is traced (`sampler(k)` makes
@@ -24,8 +25,8 @@ def sampler(k: int):
         u = rand(seed, over=("B",))
         below = sum(cast(cumsum(p, over="K") <= u, "int32"), over="K")
         choice = minimum(below, k - 1)
-        return {"token": take(at, choice, axis="K"), "p": p, "at": at}
+        return {"token": take(at, choice, axis="K"), "p": take(p, choice, axis="K")}
     return topk_sample
 
 
-top50 = sampler(50)
+top8 = sampler(8)

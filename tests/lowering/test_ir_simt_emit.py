@@ -55,6 +55,8 @@ def _check_pass(low, target, aligned=True):
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("label,algo", CASES, ids=[c[0] for c in CASES])
 def test_thread_level_pass_emits_what_the_thread_program_does(label, algo, target):
+    if any(n.op == "sort" for n in algo.graph().nodes):
+        pytest.skip("a sort has no thread-program twin (that path refuses it by name)")
     _check_pass(lowered(algo, target), target)
 
 

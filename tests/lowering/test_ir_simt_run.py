@@ -46,11 +46,15 @@ def test_same_bits_as_the_thread_program_executor(monkeypatch, label, algo, dtyp
     graph = algo.graph(dtypes)
     sizes = odd_sizes(algo)
     inputs = make_inputs(algo, dtypes, sizes, seed=len(label) + 7)
-    old, new, ran = _both(monkeypatch, graph, None, sizes, inputs)
-    _same_bits(old, new)
-    low = pipeline.lower(graph, None, sizes, True)
-    simt = [t for t in low.threads if isinstance(t, pipeline.ThreadProgram)]
-    assert len(ran) == len(simt)
+    if any(n.op == "sort" for n in graph.nodes):
+        # no thread-program twin (that path refuses a sort): the IR path against the reference
+        new = pipeline.emulate(graph, None, sizes, inputs, {})
+    else:
+        old, new, ran = _both(monkeypatch, graph, None, sizes, inputs)
+        _same_bits(old, new)
+        low = pipeline.lower(graph, None, sizes, True)
+        simt = [t for t in low.threads if isinstance(t, pipeline.ThreadProgram)]
+        assert len(ran) == len(simt)
     ref = evaluate(graph, inputs)
     for name, r in ref.items():
         r = np.asarray(r, np.float64)
