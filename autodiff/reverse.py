@@ -22,7 +22,8 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.graph import AlgorithmGraph, rebuild
 from plait.dsl.node import OPS, Node, make_attrs, topo_order
 from plait.dsl.ops import permute
-from plait.dsl.tensor import Tensor, axis_order, broadcast, cast, constant, reduce
+from plait.dsl.tensor import (Tensor, axis_order, broadcast, cast, constant,
+                              current_axis_order, reduce)
 
 from .saving import compared, readable, saved_nodes
 
@@ -175,13 +176,14 @@ def differentiate(graph: AlgorithmGraph, wrt=None, save=(), *, name: str | None 
             # d<w> is stored like w ([N, K] for an nn.Linear weight), not in the
             # algorithm's canonical order.
             outputs[grad_name(w)] = (permute(g, *p.axes) if p.axes else g).node
+        order = current_axis_order() or graph.axis_order   # with axes a rule declared
 
     # A rule may compare with a saved value (max's tie mask): see saving.readable.
     compared_uids = compared(topo_order(list(outputs.values())))
     outputs = rebuild(outputs, lambda n, new: (
         saved_inputs.get(n.uid) if readable(n, compared_uids) else None) or
         _restamp(n, new, made_by))
-    return AlgorithmGraph(name or f"{graph.name}.bwd", params, graph.axis_order, outputs)
+    return AlgorithmGraph(name or f"{graph.name}.bwd", params, order, outputs)
 
 
 def _next_uid() -> int:

@@ -135,6 +135,10 @@ class _Printer:
         if is_scan(n.op):
             rev = ", reverse=True" if n.attr("reverse") else ""
             return f'{n.op}({ops[0][0]}, over={_q(n.attr("axis"))}{rev})', _ATOM
+        if n.op == "sort":      # one part of the pair; a second call traces the same node
+            down = ", descending=True" if n.attr("descending") else ""
+            part = ", return_indices=True)[1]" if n.attr("part") == 1 else ")"
+            return f'sort({ops[0][0]}, over={_q(n.attr("axis"))}{down}{part}', _ATOM
         if n.op == "broadcast":
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
         if n.op == "name":

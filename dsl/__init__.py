@@ -17,6 +17,7 @@ from .cumulative import cummax, cummin, cumprod, cumsum
 from .scan_generic import scan
 from .reshape import concat, merge_axes, pad, shift, slice, split_axis
 from .select import argmax, argmin, max_with_index, min_with_index
+from .sort import sort, topk
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
 bf16, fp16, fp32 = DType.BF16, DType.FP16, DType.FP32
@@ -32,7 +33,7 @@ __all__ = [
     "mean", "min", "minimum", "name", "permute", "promote", "promotion_table", "relu", "rotate_half", "round_to", "rsqrt",
     "sigmoid", "silu", "sin", "size", "softmax", "sqrt", "stop_gradient", "sum", "tanh", "var",
     "where", "take", "scatter_add", "rand", "dropout", "philox", "argmax", "argmin",
-    "max_with_index", "min_with_index", "cumsum", "cumprod", "cummax", "cummin", "scan",
+    "max_with_index", "min_with_index", "sort", "topk", "cumsum", "cumprod", "cummax", "cummin", "scan",
     "split_axis", "merge_axes", "slice", "pad", "concat", "shift",
     "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2",
 ]

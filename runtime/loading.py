@@ -110,5 +110,6 @@ def make_inputs(algo: Algorithm, dtypes: dict[str, DType], sizes: dict[str, int]
             value = rng.integers(0, 4, size=shape)
         else:
             value = rng.standard_normal(shape)
-        out[p.name] = np.ascontiguousarray(value.astype(dtype.numpy))
+        # np.require keeps a scalar 0-d (ascontiguousarray would make it shape (1,))
+        out[p.name] = np.require(value.astype(dtype.numpy), requirements="C")
     return out

@@ -19,7 +19,7 @@ import numpy as np
 
 from plait.dsl.dtypes import DType, round_to
 
-from . import arg_reduce, mathfns, scan
+from . import arg_reduce, mathfns, scan, sort
 from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from .gather import view_load as _view_load
@@ -218,6 +218,10 @@ def _step(m: _Machine, op, args, arrays, scalars):
         return scan.scan_local(m, op, args, _step, _NP)
     if kind == "scan_block":
         return scan.scan_block(m, op, args[0], _step, _NP)
+    if kind == "sort_block":
+        return sort.sort_block(m, op, args[0])
+    if kind == "sort_part":
+        return args[0][op.attr("index")]
     if kind == "scan_part":
         return _rounded(args[0][op.attr("index")], op)
     if kind == "reduce_local":

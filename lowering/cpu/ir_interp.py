@@ -28,6 +28,7 @@ from . import mathfns
 from .emulate import _NP
 from .gather import add_at
 from .scan import Combine
+from .sort import sort_along
 from .scan import combine_fn as scan_combine
 from .scan import scan_identity
 from .emulate import _step as elementwise_step
@@ -144,6 +145,8 @@ def _op(f: Frame, op: Op, args: list):
         return _reduce(f, op, args[0], t)
     if kind == "scan":
         return _scan(f, op, args, t)
+    if kind == "sort":
+        return _sort(f, op, args[0])
     if kind == "iota":
         return np.asarray(f.index(op.attr("axis")), np.int32)
     if kind == "size":
@@ -298,6 +301,14 @@ def _scan(f: Frame, op: Op, args: list, t):
     with np.errstate(all="ignore"):
         out = fn.accumulate(value, axis=d, dtype=dtype)
     return _rounded((np.flip(out, d) if flip else out).astype(dtype), op)
+
+
+def _sort(f: Frame, op: Op, value: np.ndarray) -> tuple:
+    """(values, int32 indices) of each row sorted along the axis (cpu/sort.py)."""
+    axis = op.attr("axis")
+    shape = np.broadcast_shapes(value.shape, f.inside((axis,)).shape)
+    return sort_along(np.broadcast_to(value, shape), f.dim(axis), f.sizes[axis],
+                      bool(op.attr("descending")))
 
 
 def _state_scan(f: Frame, op: Op, args: list):

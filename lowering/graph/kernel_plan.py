@@ -7,16 +7,16 @@ from dataclasses import dataclass, replace
 from plait.dsl.graph import AlgorithmGraph
 import plait.dsl.ops  # noqa: F401  (fills the op table read below)
 from plait.dsl.node import Node, reductions, topo_order
-from plait.dsl.cumulative import is_scan
 from plait.dsl.reshape import RESHAPES
 from plait.dsl.select import is_pair
+from plait.dsl.sort import is_sort, walks_rows
 from plait.schedule.complete import complete
 from plait.schedule.default import default_kernel_schedule
 from plait.schedule.kernel_names import kernel_name
 from plait.schedule.model import KernelSchedule, Schedule
 
 from ..artifact import Buffer
-from .scan_schedule import scan_default
+from .scan_schedule import scan_default, sort_default
 from .streaming import Stream
 from .streaming_sums import StreamedSums
 
@@ -109,9 +109,14 @@ def group_kernel_name(graph: AlgorithmGraph, group: list[str], n_groups: int) ->
 def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
-    scanned = {n.attr("axis") for n in nodes if is_scan(n.op)}
-    default = scan_default(axes, scanned, reduced, itemsize, sizes) if scanned else \
-        default_kernel_schedule(axes, reduced, itemsize, sizes)
+    scanned = {n.attr("axis") for n in nodes if walks_rows(n.op)}
+    sorted_axes = {n.attr("axis") for n in nodes if is_sort(n.op)}
+    if sorted_axes:             # one row per block (ir/sort_steps.py refuses more)
+        default = sort_default(axes, min(sorted_axes, key=axes.index), itemsize, sizes)
+    elif scanned:
+        default = scan_default(axes, scanned, reduced, itemsize, sizes)
+    else:
+        default = default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:
     # the default keeps each argmax axis whole in one block (no grid tile on it).
     whole = {n.attr("axis") for n in nodes if is_pair(n.op)}

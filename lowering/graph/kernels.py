@@ -35,7 +35,7 @@ from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
 from .scan_schedule import refuse_split_scans
-from plait.dsl.cumulative import is_scan
+from plait.dsl.sort import walks_rows
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)
@@ -113,7 +113,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         axes = iteration_axes(nodes, graph.axis_order)
         alone = tensor_cores and any(is_contraction(n) for n in nodes)
         # outputs scanning different axes go apart: a block walks its scanned axes whole
-        scanned = tuple(sorted({n.attr("axis") for n in nodes if is_scan(n.op)}))
+        scanned = tuple(sorted({n.attr("axis") for n in nodes if walks_rows(n.op)}))
         key = (axes, name) if alone else (axes, scanned) if scanned else (axes,)
         groups.setdefault(key, []).append(name)
         buffers.append(Buffer(name, policy.storage_of(name, node.dtype), node.axes, "output",

@@ -46,14 +46,35 @@ def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
                                                     (inner, AxisBlock(col, vec))))
 
 
+def sort_default(axes: tuple[str, ...], axis: str, itemsize: int, sizes) -> KernelSchedule:
+    """A block per row of a sort over `axis`: threads on it (about 4 elements each, at
+    least a warp), every other axis a grid tile of 1; the innermost axis keeps the row-
+    reduction block (threads along the row, vectors of contiguous elements)."""
+    if axis == axes[-1]:
+        return scan_default(axes, {axis}, set(), itemsize, sizes)
+    length = (sizes or {}).get(axis, 1024)
+    threads = max(32, min(1024, next_pow2(-(-length // 4))))
+    return KernelSchedule(grid=tuple((a, 1) for a in axes if a != axis),
+                          block=((axis, AxisBlock(threads)),))
+
+
 def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
-    """A scan over an axis split across blocks would need the earlier blocks' totals:
-    refused by name, with the schedule's file and line."""
+    """A scan over an axis split across blocks would need the earlier blocks' totals, a
+    sort the other blocks' keys: refused by name, with the schedule's file and line. A
+    sort's axis longer than one block's network (SORT_MAX_EXTENT) is refused at its line."""
     from plait.dsl.cumulative import is_scan
+    from plait.dsl.errors import PlaitError
+    from plait.dsl.sort import SORT_MAX_EXTENT, is_sort
     for n in nodes:
-        if is_scan(n.op) and n.attr("axis") in gridded:
+        if is_sort(n.op) and sizes[n.attr("axis")] > SORT_MAX_EXTENT:
             axis = n.attr("axis")
+            raise PlaitError(f"sort over {axis} of extent {sizes[axis]}: a row is sorted in "
+                             f"one block, so the axis may hold at most {SORT_MAX_EXTENT} "
+                             "elements", n.loc)
+        if (is_scan(n.op) or is_sort(n.op)) and n.attr("axis") in gridded:
+            axis = n.attr("axis")
+            what = "a sort" if is_sort(n.op) else "a scan"
             raise kernel_error(schedule, name, "grid", f"{n.op} over {axis} is split across "
-                               f"blocks (extent {sizes[axis]}); a scan is walked by one "
+                               f"blocks (extent {sizes[axis]}); {what} is walked by one "
                                f"block per row: give {axis} threads and no grid tile "
                                f"(block: {{{axis}: {{threads: ...}}}})")

@@ -109,6 +109,11 @@ def _one(b: Builder, op: TileOp, layouts, value: dict[int, int]) -> None:
     elif op.op == "scan":           # a tuple state: one result per part
         types = tuple(Type(op.axes, d, layouts.of(op)) for d in op.attr("dtypes"))
         value[op.id] = b.op("scan", args, types, **attrs).results
+    elif op.op == "sort":           # a sorted row: (values, int32 indices)
+        types = (_type(op, layouts), Type(op.axes, DType.INT32, layouts.of(op)))
+        value[op.id] = b.op("sort", args, types, **attrs).results
+    elif op.op == "sort_part":
+        value[op.id] = value[op.args[0]][op.attr("index")]
     elif is_scan(op.op):           # keeps its axis: a scan along it, one block per row
         value[op.id] = b.emit("scan", args, _type(op, layouts), combine=op.op, **attrs)
     elif op.op in ("store", "atomic_add", "scatter_add", "barrier"):

@@ -33,6 +33,7 @@ from ..limits import shared_limit
 from ..tileir.tile import TileOp
 from ..tileir.rotate_load import rotated_vector
 from .scan_steps import scan_steps
+from .sort_steps import sort_steps
 from .layout_simt import blocked_dims
 from .layouts import Blocked
 from .nodes import Block, Builder, Kernel, Op, Type
@@ -106,6 +107,8 @@ class _Lowering:
                 continue
             elif op.name == "scan":
                 self.scan(op)
+            elif op.name == "sort":
+                self.sort(op)
             elif op.name == "yield":
                 self.b.op("yield", tuple(self.value[a] for a in op.args))
             else:
@@ -141,9 +144,12 @@ class _Lowering:
         vec = vector_for(buf, self.lay, self.aligned, self.sizes)
         if op.attr("rotate") is not None:
             vec = rotated_vector(op.attr("rotate"), buf, self.lay, vec, self.sizes)
-        if op.attr("take") is not None and self.lay.col is not None and \
-                self.lay.col.axis in self.k.type_of(op.args[0]).axes:
-            vec = 1            # the row changes along the vector: one element at a time
+        if op.attr("take") is not None and self.lay.col is not None and (
+                self.lay.col.axis in self.k.type_of(op.args[0]).axes or
+                self.lay.col.axis not in self.k.type_of(op.results[0]).axes):
+            # the row changes along the vector, or the result has no vector (the table's
+            # column axis is the one taken): one element at a time
+            vec = 1
         if op.attr("view") is not None:
             vec = 1            # remapped indices: one element at a time
         return vec
@@ -198,6 +204,19 @@ class _Lowering:
             rt = self.k.type_of(r)
             self.value[r] = self.b.emit("scan_part", (done,), self.type(rt.axes, rt.dtype),
                                         index=i, round=op.attr("round") if named else None)
+
+    def sort(self, op: Op) -> None:
+        """A sort along a spread axis: `sort_block` (the bitonic network in shared memory,
+        `ir/sort_steps.py` says how), then `sort_part` for the values and the indices."""
+        t = self.k.type_of(op.results[0])
+        attrs, words = sort_steps(self.lay, op.attr("axis"), self.k.name)
+        self.smem = max(self.smem, words)
+        done = self.b.emit("sort_block", (self.value[op.args[0]],), self.type(t.axes, t.dtype),
+                           descending=op.attr("descending"), slot=0, **attrs)
+        for i, r in enumerate(op.results):
+            rt = self.k.type_of(r)
+            self.value[r] = self.b.emit("sort_part", (done,), self.type(rt.axes, rt.dtype),
+                                        index=i)
 
     def reductions(self, group: list[Op]) -> None:
         """Reduces over one axis lowered together; their results share one exchange."""

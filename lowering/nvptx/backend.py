@@ -33,16 +33,15 @@ from ..limits import STATIC_SHARED_LIMIT
 from .arg_reduce import PairReductionEmitter
 from .reduce import ReductionEmitter
 from .scan import ScanEmitter
+from .sort import SortEmitter
 from .rotate import apply_rotation, rotated_source
-from .ptx_memory import asm_load_words as _asm_load_words
-from .ptx_memory import unpack_words as _unpack_words
-from .ptx_memory import asm_store as _asm_store
-from .ptx_memory import asm_store_words as _asm_store_words
+from .ptx_memory import asm_load_words as _asm_load_words, asm_store as _asm_store
+from .ptx_memory import asm_store_words as _asm_store_words, unpack_words as _unpack_words
 from ..ir.scan_steps import SCAN_STEPS
+from ..ir.sort_steps import SORT_STEPS
 from ..ir.nodes import Kernel, Op
 from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view, pair_step
 from ..tileir.tile import register_dtype
-
 
 
 def emit_ptx(k: Kernel, entry: str) -> str:
@@ -56,7 +55,7 @@ def emit_llvm_ir(k: Kernel, entry: str) -> str:
     return str(_Emitter(k, entry).module)
 
 
-class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
+class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter):
     def __init__(self, k: Kernel, entry: str):
         self.kernel = k
         self.prog = prog = KernelView(k)     # what the op handlers read of the kernel
@@ -296,6 +295,8 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter):
             return self._pair_op(op, args)
         if kind in SCAN_STEPS:
             return self._scan_op(op, args)
+        if kind in SORT_STEPS:
+            return self._sort_op(op, args)
         if kind == "smem_put":
             self._smem_put(op, args[0])
             return None

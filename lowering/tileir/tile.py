@@ -246,6 +246,8 @@ class _Builder:
                              partial=n.attr("partial"), round=self._round_for(n))
         if n.op == "scan":     # one part of a tuple state; the state is computed once
             return self._state_part(n, args)
+        if n.op == "sort":     # one part of a sorted row; the row is sorted once
+            return self._sort_part(n, args)
         if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
                              reverse=n.attr("reverse"), round=self._round_for(n))
@@ -280,6 +282,18 @@ class _Builder:
                                         results=results, init=n.attr("init"), dtypes=dtypes)
         return self.emit("scan_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
                          index=n.attr("part"), round=self._round_for(n))
+
+
+    def _sort_part(self, n: Node, args) -> int:
+        """Part `part` of a sort (0 the values, 1 the int32 indices): the tile op `sort`
+        once per operand, axis and direction, holding the value in its register dtype."""
+        key = ("sort", n.inputs[0].uid, n.attr("axis"), n.attr("descending"))
+        if key not in self.scans:
+            self.scans[key] = self.emit("sort", args, n.axes,
+                                        register_dtype(n.inputs[0].dtype),
+                                        axis=n.attr("axis"), descending=n.attr("descending"))
+        return self.emit("sort_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
+                         index=n.attr("part"))
 
 
 def _scatter_of(n: Node) -> Node | None:

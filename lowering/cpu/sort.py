@@ -1,0 +1,77 @@
+"""The CPU executor's step of a sort (ir/sort_steps.py says what it computes): the bitonic
+network of each block, run pass by pass on numpy arrays of its (key, index) pairs, as
+the GPU runs it in shared memory.
+
+Values are emulate's arrays (blocks, Tr, Tc, Rr, Rc, V); a block holds one row of the
+sorted axis (the lowering refuses others), so each block is one network.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def precedes(ka, ia, kb, ib, size: int, descending: bool):
+    """Whether (ka, ia) goes before (kb, ib): ir/sort_steps.py's total order."""
+    sa, sb = ia >= size, ib >= size
+    if np.asarray(ka).dtype.kind == "f":
+        na, nb = np.isnan(ka), np.isnan(kb)
+    else:
+        na = nb = np.zeros(np.shape(ka), bool)
+    with np.errstate(invalid="ignore"):
+        by_value = (ka > kb) if descending else (ka < kb)
+        number = by_value | ((ka == kb) & (ia < ib))
+    nan = np.where(na & nb, ia < ib, na if descending else nb)
+    element = np.where(na | nb, nan, number)
+    return np.where(sa | sb, sb & (~sa | (ia < ib)), element)
+
+
+def bitonic(keys: np.ndarray, idx: np.ndarray, size: int, descending: bool) -> None:
+    """Sort each row of (keys, idx) in place, width a power of two, pass by pass."""
+    width = keys.shape[-1]
+    i = np.arange(width)
+    k = 2
+    while k <= width:
+        j = k // 2
+        while j >= 1:
+            lo = i[(i ^ j) > i]
+            hi = lo ^ j
+            up = (lo & k) == 0                   # this pair's run ascends
+            a, b = (keys[:, lo], idx[:, lo]), (keys[:, hi], idx[:, hi])
+            swap = np.where(up, precedes(*b, *a, size, descending),
+                            precedes(*a, *b, size, descending))
+            keys[:, lo], keys[:, hi] = np.where(swap, b[0], a[0]), np.where(swap, a[0], b[0])
+            idx[:, lo], idx[:, hi] = np.where(swap, b[1], a[1]), np.where(swap, a[1], b[1])
+            j //= 2
+        k *= 2
+
+
+def sort_block(m, op, value) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted keys, their int32 indices) at each element's position along the axis."""
+    axis, width = op.attr("axis"), op.attr("width")
+    size = m.sizes[axis]
+    pos = np.asarray(m.index(axis))
+    shape = np.broadcast_shapes(pos.shape, np.shape(value), (m.nblocks, 1, 1, 1, 1, 1))
+    pos = np.broadcast_to(pos, shape).reshape(shape[0], -1)
+    value = np.broadcast_to(value, shape).reshape(shape[0], -1)
+    keys = np.zeros((shape[0], width), value.dtype)
+    idx = np.tile(np.arange(width, dtype=np.int32), (shape[0], 1))   # sentinels: >= size
+    rows = np.broadcast_to(np.arange(shape[0])[:, None], pos.shape)
+    inside = pos < size
+    keys[rows[inside], pos[inside]] = value[inside]
+    bitonic(keys, idx, size, bool(op.attr("descending")))
+    at = np.minimum(pos, width - 1)
+    return (np.take_along_axis(keys, at, 1).reshape(shape),
+            np.take_along_axis(idx, at, 1).reshape(shape))
+
+
+def sort_along(value: np.ndarray, d: int, size: int, descending: bool) -> tuple:
+    """(keys, int32 indices) of `value` sorted along dim d by the same network (the IR
+    interpreter's sort): positions from `size` on are sentinels, after every element."""
+    rows = np.moveaxis(value, d, -1)
+    n = rows.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    keys = np.zeros((int(np.prod(rows.shape[:-1])), width), rows.dtype)
+    keys[:, :n] = rows.reshape(-1, n)
+    idx = np.tile(np.arange(width, dtype=np.int32), (keys.shape[0], 1))
+    bitonic(keys, idx, size, descending)
+    return tuple(np.moveaxis(a[:, :n].reshape(rows.shape), -1, d) for a in (keys, idx))
