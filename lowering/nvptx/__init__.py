@@ -1,1 +1,1 @@
-"""The LLVM/PTX layer all emitters share, and the generic thread-program emitter."""
+"""The LLVM/PTX layer all emitters share, and the emitter of SIMT kernels' thread-level IR."""

@@ -2,8 +2,8 @@
 pass) against torch.sort(stable=True) on CPU, at row lengths 1 to 4096 that are not
 multiples of threads x vector, with planted ties, NaN, +-inf and -0.0, fp32 / bf16 / fp16 /
 int32, both directions, an outer axis, permuted outputs, fused producers and consumers,
-a schedule of many threads and repeats, and refusals (4097 elements, a split axis, the
-old thread-program path). Every program is also compiled for sm_80 and sm_90a and
+a schedule of many threads and repeats, and refusals (4097 elements, a split axis).
+Every program is also compiled for sm_80 and sm_90a and
 assembled (tests/conftest.py wraps emulate; test_every_kernel_assembles asserts it)."""
 import ml_dtypes
 import numpy as np
@@ -161,12 +161,6 @@ def test_a_split_axis_is_refused(tmp_path):
     path.write_text("algorithm: rows\ngrid: {M: 1, N: 256}\nblock: {N: {threads: 64, vector: 4}}\n")
     with pytest.raises(PlaitError, match="sort over N is split across blocks"):
         pipeline.lower(ROWS["fp32"].graph(), load_schedule(path), {"M": 3, "N": 1000}, True)
-
-
-def test_the_thread_program_path_refuses_a_sort(monkeypatch):
-    monkeypatch.setenv("PLAIT_IR_SIMT", "0")
-    with pytest.raises(PlaitError, match="thread-level IR only"):
-        plait.run(ROWS["fp32"], np.ones((2, 9), np.float32), device="cpu")
 
 
 @pytest.mark.parametrize("N", [1, 37, 4096])
