@@ -226,7 +226,8 @@ def emulate(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, i
     arrays: dict[str, np.ndarray] = {}
     for b in low.kernel_graph.buffers:
         if b.role == "input":
-            arrays[b.name] = np.ascontiguousarray(np.asarray(inputs[b.name]).astype(b.dtype.numpy))
+            arrays[b.name] = np.require(np.asarray(inputs[b.name]).astype(b.dtype.numpy),
+                                        requirements="C")     # 0-d stays 0-d
         else:
             arrays[b.name] = _poisoned(b, low.sizes)
     values = dict(scalars)

@@ -232,7 +232,7 @@ def from_numpy(array: np.ndarray, like: ArrayInfo | None):
         return array
     if family == "torch":
         import torch
-        src = np.ascontiguousarray(array)
+        src = np.require(array, requirements="C")     # a 0-d array stays 0-d
         if dtype.short.startswith(("bf", "fp8")):
             bits, _ = _BITS_VIEW[dtype.itemsize]
             t = torch.from_numpy(src.view(bits)).view(getattr(torch, _TORCH_BACK[dtype]))

@@ -29,7 +29,7 @@ class DeviceArray:
 
     @classmethod
     def from_numpy(cls, array: np.ndarray) -> "DeviceArray":
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")     # a 0-d array stays 0-d
         out = cls(array.shape, array.dtype)
         driver.memcpy_htod(out.ptr, array.ctypes.data, out.nbytes)
         return out

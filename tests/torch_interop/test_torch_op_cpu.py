@@ -22,9 +22,14 @@ def gen(request):
     return torch.Generator().manual_seed(seed)
 
 
+def _pick(name, out):
+    """The output a case's reference computes, where the algorithm has several."""
+    return out if CASES[name].pick is None else out[CASES[name].pick]
+
+
 def _call(name, inputs):
     op = plait.torch_op(load(name))
-    return op(**inputs, **CASES[name].scalars)
+    return _pick(name, op(**inputs, **CASES[name].scalars))
 
 
 def _op_args(name, inputs):
@@ -83,13 +88,13 @@ def test_torch_compile_fullgraph_keeps_the_op(name, gen):
         return gm.forward
 
     def fn(**kw):
-        return op(**kw, **scalars) * 2.0 + 1.0
+        return _pick(name, op(**kw, **scalars)) * 2 + 1
     compiled = torch.compile(fn, fullgraph=True, backend=recording)
     got = compiled(**inputs)
     want = fn(**inputs)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     targets = [str(n.target) for g in graphs for n in g.graph.nodes]
-    assert f"plait.{CASES[name].algorithm or name}.default" in targets, targets
+    assert f"plait.{load(name).name}.default" in targets, targets
     if CASES[name].grad:                       # and the backward through AOTAutograd
         torch._dynamo.reset()
         fresh = {k: v.detach().clone().requires_grad_(v.requires_grad)

@@ -22,6 +22,7 @@ class Case:
     opcheck_skips: tuple = ()       # opcheck tests torch itself cannot run on these dtypes
     algorithm: str | None = None    # the example's algorithm, where not named as its file
     indices: dict = field(default_factory=dict)  # argument -> exclusive bound of its ints
+    pick: str | None = None         # of several outputs (by name), the reference's
 
 
 def _rms(x, w, eps=1e-6):
@@ -47,6 +48,17 @@ def _selective_scan(x, dt, A, Bm, C):
         h = torch.exp(step * A) * h + step * Bm[:, t, None, :] * x[:, t, :, None]
         ys.append((C[:, t, None, :] * h).sum(-1))
     return torch.stack(ys, 1)
+
+
+def _top8_token(logits, seed=0, temperature=1.0):
+    """examples/topk_sampler.py's `top8` token: torch.topk, softmax, and the uniform of
+    row b from an independent Philox (tests/random_cases.py) at counter b, key (seed, 0)."""
+    from random_cases import uniform_want
+    values, at = torch.topk(logits / temperature, 8, dim=-1)
+    p = torch.softmax(values, -1)
+    u = torch.from_numpy(uniform_want((logits.shape[0],), seed)).to(p.dtype)
+    choice = ((p.cumsum(-1) <= u[:, None]).sum(-1)).clamp(max=7)
+    return at.gather(-1, choice[:, None])[:, 0].to(torch.int32)
 
 
 CASES = {
@@ -92,6 +104,19 @@ CASES = {
     # examples/rotary.py's `rotary` (the LLaMA and interleaved variants beside it are
     # checked in tests/lowering/test_rotary_kernels.py)
     "rotary": Case({"x": (2, 3, 5, 12), "cos": (5, 12), "sin": (5, 12)}, _hf_rotary),
+    # examples/gated_mlp.py: silu(x . w1^T) * (x . w3^T)
+    "gated_mlp": Case({"x": (7, 19), "w1": (13, 19), "w3": (13, 19)},
+                      lambda x, w1, w3: F.silu(x @ w1.T) * (x @ w3.T)),
+    # examples/embedding_cross_entropy.py's `lm_loss`: embedding, LM head, cross-entropy
+    "embedding_cross_entropy": Case(
+        {"ids": (11,), "labels": (11,), "table": (37, 24), "head": (37, 24)},
+        lambda ids, labels, table, head: F.cross_entropy(table[ids.long()] @ head.T,
+                                                         labels.long()),
+        dtypes={"ids": torch.int64, "labels": torch.int64},
+        indices={"ids": 37, "labels": 37}, algorithm="lm_loss"),
+    # examples/topk_sampler.py's `top8`: the sampled token (of the outputs token and p)
+    "topk_sampler": Case({"logits": (3, 53)}, _top8_token, grad=False, scale=2.0,
+                         algorithm="top8", scalars={"seed": 5}, pick="token"),
 }
 
 
