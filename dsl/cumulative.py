@@ -32,7 +32,7 @@ import numpy as np
 from .dtypes import DType
 from .errors import PlaitError, user_location
 from .node import OpDef, register
-from .tensor import Tensor, _over, cast, new_node
+from .tensor import Tensor, along_one_axis, cast, new_node
 
 # scan op -> (combine of two partials, identity, float64 reference accumulate)
 SCANS = {
@@ -74,16 +74,10 @@ _register()
 
 
 def _operand(x, what: str, over, reverse) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise PlaitError(f"{what}(x, ...): x must be a plait tensor, not {type(x).__name__}",
-                         user_location())
-    if not isinstance(over, str):
-        raise PlaitError(f"{what} needs over=AXIS, one axis name (a scan runs along one "
-                         f"axis), not {over!r}", user_location())
+    x = along_one_axis(x, what, over, "a scan runs along one axis")
     if not isinstance(reverse, bool):
         raise PlaitError(f"{what}(..., reverse=...) takes True or False, not {reverse!r}",
                          user_location())
-    _over(x, over, what)
     return x
 
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import DType
-from .errors import PlaitError, user_location
+from .errors import PlaitError
 from .node import OpDef, register
-from .tensor import Tensor, _over, cast, new_node, reduce
+from .tensor import Tensor, _over, along_one_axis, cast, new_node, reduce
 
 
 def _select_eval(fn):
@@ -57,12 +57,7 @@ def is_pair(op: str) -> bool:
 
 
 def _operand(x, what: str, over) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise PlaitError(f"{what}(x, ...): x must be a plait tensor, not {type(x).__name__}",
-                         user_location())
-    if not isinstance(over, str):
-        raise PlaitError(f"{what} needs over=AXIS, one axis name (the index is a position "
-                         f"along one axis), not {over!r}", user_location())
+    x = along_one_axis(x, what, over, "the index is a position along one axis")
     if x.dtype == DType.BOOL:
         x = cast(x, DType.INT32)        # the first True; bool promotes to int32
     return x

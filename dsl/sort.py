@@ -26,7 +26,7 @@ import numpy as np
 from .dtypes import DType
 from .errors import PlaitError, user_location
 from .node import OpDef, register
-from .tensor import Tensor, _over, new_node
+from .tensor import Tensor, along_one_axis, new_node
 
 SORT_MAX_EXTENT = 4096      # one block's bitonic network: 4096 keys and indices in 32 KB
 
@@ -94,19 +94,13 @@ def sort_part(x, over: str, descending: bool, part: int) -> Tensor:
 
 
 def _operand(x, what: str, over) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise PlaitError(f"{what}(x, ...): x must be a plait tensor, not {type(x).__name__}",
-                         user_location())
-    if not isinstance(over, str):
-        raise PlaitError(f"{what} needs over=AXIS, one axis name (a sort runs along one "
-                         f"axis), not {over!r}", user_location())
+    x = along_one_axis(x, what, over, "a sort runs along one axis")
     if x.dtype == DType.BOOL:
         raise PlaitError(f"{what} of a bool tensor is not supported: cast(x, 'int32') "
                          "first", user_location())
     if x.dtype in (DType.FP8_E4M3, DType.FP8_E5M2, DType.INT64):
         raise PlaitError(f"{what} of {x.dtype} is not supported (fp32, bf16, fp16 and int32 "
                          "are): cast x first", user_location())
-    _over(x, over, what)
     return x
 
 

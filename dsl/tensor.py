@@ -341,6 +341,19 @@ def _over(x: Tensor, over, what: str) -> tuple[str, ...]:
     return axes
 
 
+def along_one_axis(x, what: str, over, why: str) -> Tensor:
+    """x, checked for an op that runs along one axis (a scan, an index, a sort): a plait
+    tensor, `over` one axis name it has; `why` says why one axis (in the error)."""
+    if not isinstance(x, Tensor):
+        raise PlaitError(f"{what}(x, ...): x must be a plait tensor, not {type(x).__name__}",
+                         user_location())
+    if not isinstance(over, str):
+        raise PlaitError(f"{what} needs over=AXIS, one axis name ({why}), not {over!r}",
+                         user_location())
+    _over(x, over, what)
+    return x
+
+
 def reduce(op: str, x, over) -> Tensor:
     x = _as_tensor(x, None, op)
     axes = _over(x, over, op)
