@@ -2,6 +2,7 @@
 CPU executor at a row that fits a block, and its 128256-wide shape is refused by name
 (rows longer than one block's sort, dsl/sort.py)."""
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,15 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _load(name):
+    """bench/<name>.py by path; the bench puts bench/ first on sys.path, which is put
+    back after, or later test modules would import bench/attention.py for examples/'s."""
     spec = importlib.util.spec_from_file_location(f"plait_bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
     return module
 
 
