@@ -284,9 +284,16 @@ def blocked(x, axes: dict, size: int) -> Tensor:
 
 
 def _cast_eval(n, ctx, a):
-    from .dtypes import round_to
-    return round_to(a, n.dtype) if ctx.round else (
-        a if n.dtype.is_float else round_to(a, n.dtype))
+    """Exact math keeps a float cast's value, except where the cast's definition changes
+    it: fp8 saturates to its largest finite value (+-inf too; dsl/dtypes.round_to)."""
+    from .dtypes import DType, round_to
+    if ctx.round or not n.dtype.is_float:
+        return round_to(a, n.dtype)
+    if n.dtype in (DType.FP8_E4M3, DType.FP8_E5M2):
+        import ml_dtypes
+        limit = float(ml_dtypes.finfo(n.dtype.numpy).max)
+        return np.where(np.isnan(a), a, np.clip(a, -limit, limit))
+    return a
 
 
 register(OpDef("cast", "elementwise", _cast_eval,

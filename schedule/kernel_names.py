@@ -4,13 +4,15 @@ schedule's `kernels:` keys are read against.
 A kernel is named `<algorithm>` (the only kernel) or `<algorithm>.<part>` (one of
 several: an output, a staged temporary), followed by the stages a split reduction adds
 after it, any number deep: `<kernel>.finish` completes the reduction over the blocks'
-partial rows, `<kernel>.then` computes what follows it over the whole iteration space
-again. A key may drop the `<algorithm>.` head ('dx' for 'layernorm.bwd.dx').
+partial rows (`.finish1`, `.finish2`, ... where the totals of one split lie over different
+axes: each set of axes is a kernel of its own), `<kernel>.then` computes what follows it
+over the whole iteration space again. A key may drop the `<algorithm>.` head ('dx' for
+'layernorm.bwd.dx').
 
-    >>> kernel_name("layernorm.bwd", "dx"), stage("f.then", FINISH)
-    ('layernorm.bwd.dx', 'f.then.finish')
-    >>> base_of("f.then.finish")
-    'f'
+    >>> kernel_name("layernorm.bwd", "dx"), stage("f.then", FINISH), stage("f", FINISH, 2)
+    ('layernorm.bwd.dx', 'f.then.finish', 'f.finish2')
+    >>> base_of("f.then.finish"), base_of("f.finish1.then")
+    ('f', 'f')
     >>> names_key("then.finish", "f", ["f"]), names_key("finsh", "f", ["f"])
     (True, False)
 """
@@ -27,16 +29,21 @@ def kernel_name(algorithm: str, part: str | None = None) -> str:
     return algorithm if part is None else f"{algorithm}.{part}"
 
 
-def stage(kernel: str, which: str) -> str:
-    """The kernel a split reduction of `kernel` adds (`which` is FINISH or THEN)."""
+def stage(kernel: str, which: str, index: int = 0) -> str:
+    """The kernel a split reduction of `kernel` adds (`which` is FINISH or THEN); `index`
+    numbers the finishes of totals over different axes after the first."""
     assert which in STAGES, which
-    return f"{kernel}.{which}"
+    return f"{kernel}.{which}{index or ''}"
+
+
+def _is_stage(part: str) -> bool:
+    return part.rstrip("0123456789") in STAGES
 
 
 def base_of(name: str) -> str:
     """`name` without the stages a split added ('f.then.finish' -> 'f')."""
     head, dot, last = name.rpartition(".")
-    while dot and last in STAGES:
+    while dot and _is_stage(last):
         name = head
         head, dot, last = name.rpartition(".")
     return name

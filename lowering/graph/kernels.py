@@ -271,10 +271,12 @@ class _Planner:
         rewritten = _substitute(rest, replacement)
         reduced_axes = {a for r in first for a in r.axes} | set(part_axes.values())
         rest_axes = set(iteration_axes(topo_order(list(rewritten.values())), self.axis_order))
-        if rest_axes - reduced_axes:
+        if rest_axes - reduced_axes or len(part_axes) > 1:
             # What follows needs the whole iteration space again (x - mean(x) over a row
-            # split across blocks): the finish kernel only completes the reductions into
-            # temporaries, and the rest is planned afresh, reading them.
+            # split across blocks), or reads reductions split along different axes (one
+            # kernel over both rows of partials would multiply them into its grid): the
+            # finish kernels only complete the reductions into temporaries, and the rest
+            # is planned afresh, reading them.
             totals, reread = {}, {}
             for i, r in enumerate(first):
                 buf = f"{name}.total{i}"
@@ -283,7 +285,16 @@ class _Planner:
                 self.widened[buf] = r.dtype
                 self.temps.append(Buffer(buf, held, r.axes, "temp"))
                 reread[r.uid] = Node("input", (), r.axes, held, make_attrs(name=buf), r.loc)
-            self.plan(finish_name, totals, self._finish_schedule(totals, finish_name))
+            # Totals over different axes (a sum over the rows and one over the columns,
+            # split alike) are finished by a kernel each: one kernel over the union of
+            # their axes would multiply their partial rows into its grid.
+            by_axes: dict[tuple, dict[str, Node]] = {}
+            for buf, total in totals.items():
+                key = iteration_axes(topo_order([total]), self.axis_order)
+                by_axes.setdefault(key, {})[buf] = total
+            for j, group in enumerate(by_axes.values()):
+                fname = stage(name, FINISH, j)
+                self.plan(fname, group, self._finish_schedule(group, fname))
             then = _substitute(rest, reread)
             self.plan(stage(name, THEN), then)
             return
