@@ -36,6 +36,10 @@ class Scenario:
     micro: int = 1                  # micro-batches per step, all but the last under no_sync
     unused: bool = False            # a parameter forward never uses (find_unused_parameters)
     ddp: dict = field(default_factory=dict)     # more DistributedDataParallel arguments
+    # torch._dynamo.config.optimize_ddp: True splits the compiled graph at DDP's buckets
+    # (DDPOptimizer); "python_reducer" compiles it whole and the backward with compiled
+    # autograd, which runs DDP's reducer in Python
+    optimize_ddp: object = True
 
 
 SCENARIOS = {
@@ -45,6 +49,7 @@ SCENARIOS = {
                             ddp={"find_unused_parameters": True}),
     "compiled_no_sync": Scenario(False, True, steps=1, micro=2, unused=True,
                                  ddp={"find_unused_parameters": True}),
+    "compiled_python_reducer": Scenario(False, True, optimize_ddp="python_reducer"),
 }
 
 
@@ -165,13 +170,14 @@ def run_scenario(s: Scenario, rank: int, world: int, device) -> dict:
     first, dist._DEFAULT_FIRST_BUCKET_BYTES = dist._DEFAULT_FIRST_BUCKET_BYTES, \
         int(BUCKET_MB * 2**20)
     try:
-        ddp = DDP(model, device_ids=ids, bucket_cap_mb=BUCKET_MB, **s.ddp)
-        run = compile_plait(ddp, device) if s.compiled else ddp
-        x, t = batches(s.steps, device)
-        shard = slice(rank * ROWS // world, (rank + 1) * ROWS // world)
-        backend.reset_stats()
-        graphs = _aot_graphs()
-        train(run, model.parameters(), s, x[:, shard], t[:, shard], ddp)
+        with torch._dynamo.config.patch(optimize_ddp=s.optimize_ddp):
+            ddp = DDP(model, device_ids=ids, bucket_cap_mb=BUCKET_MB, **s.ddp)
+            run = compile_plait(ddp, device) if s.compiled else ddp
+            x, t = batches(s.steps, device)
+            shard = slice(rank * ROWS // world, (rank + 1) * ROWS // world)
+            backend.reset_stats()
+            graphs = _aot_graphs()
+            train(run, model.parameters(), s, x[:, shard], t[:, shard], ddp)
     finally:
         dist._DEFAULT_FIRST_BUCKET_BYTES = first
     return {"params": _state(model), "stats": backend.stats(),
@@ -204,6 +210,23 @@ def run_rank(rank: int, world: int, port: int, backend_name: str, device_kind: s
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def assert_plait_ran(s: Scenario, got: dict) -> None:
+    """What one rank's result of scenario `s` must show: with torch.compile, regions ran
+    through plait and none fell back to torch (a refused region would still give torch's
+    answer); with plait.torch_op, the ops' backwards ran."""
+    if s.compiled:
+        stats = got["stats"]
+        assert stats.get("region_calls", 0) > 0, stats
+        assert stats.get("fallback_calls", 0) == 0 and stats.get("regions_refused", 0) == 0, \
+            stats
+        if s.optimize_ddp is True:      # DDPOptimizer split the graph at the buckets:
+            assert got["aot_graphs"] > 1, got["aot_graphs"]     # an AOT graph per part
+    else:                               # x needs no gradient: the norm's backward took
+        built = got["plait_backwards"]  # w and b alone
+        assert built[("layernorm", ("w", "b"))] > 0, built
+        assert built[("swiglu", ("g", "u"))] > 0, built
 
 
 def free_port() -> int:
