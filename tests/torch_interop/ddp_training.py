@@ -64,17 +64,18 @@ def plait_layers():
 class GatedBlock(torch.nn.Module):
     """x + down(silu(gate(y)) * up(y)), y = proj(layernorm(x)) * scale (a buffer)."""
 
-    def __init__(self, plait_ops: bool, unused: bool = False):
+    def __init__(self, plait_ops: bool, unused: bool = False, dim: int = DIM,
+                 hidden: int = HIDDEN):
         super().__init__()
-        self.norm_w = torch.nn.Parameter(1.0 + 0.1 * torch.randn(DIM))
-        self.norm_b = torch.nn.Parameter(0.1 * torch.randn(DIM))
-        self.proj = torch.nn.Linear(DIM, DIM)
-        self.gate = torch.nn.Linear(DIM, HIDDEN, bias=False)
-        self.up = torch.nn.Linear(DIM, HIDDEN, bias=False)
-        self.down = torch.nn.Linear(HIDDEN, DIM)
-        self.register_buffer("scale", 0.5 + torch.rand(DIM))    # DDP broadcasts rank 0's
+        self.norm_w = torch.nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+        self.norm_b = torch.nn.Parameter(0.1 * torch.randn(dim))
+        self.proj = torch.nn.Linear(dim, dim)
+        self.gate = torch.nn.Linear(dim, hidden, bias=False)
+        self.up = torch.nn.Linear(dim, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, dim)
+        self.register_buffer("scale", 0.5 + torch.rand(dim))    # DDP broadcasts rank 0's
         if unused:
-            self.spare = torch.nn.Linear(DIM, DIM)               # gets no gradient
+            self.spare = torch.nn.Linear(dim, dim)               # gets no gradient
         self.ops = plait_layers() if plait_ops else None
 
     def forward(self, x):
@@ -82,7 +83,8 @@ class GatedBlock(torch.nn.Module):
             layernorm, swiglu = self.ops
             y = self.proj(layernorm(x, self.norm_w, self.norm_b, EPS)) * self.scale
             return x + self.down(swiglu(self.gate(y), self.up(y)))
-        y = self.proj(F.layer_norm(x, (DIM,), self.norm_w, self.norm_b, EPS)) * self.scale
+        y = self.proj(F.layer_norm(x, self.norm_w.shape, self.norm_w, self.norm_b, EPS))
+        y = y * self.scale
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
 
