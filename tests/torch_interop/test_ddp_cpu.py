@@ -6,6 +6,7 @@ trained in this process on the whole batch, and with float64 plain torch. no_syn
 accumulation over two micro-batches (with find_unused_parameters and a parameter forward
 never uses) must equal one step on the whole batch."""
 import dataclasses
+import zlib
 
 import pytest
 
@@ -26,13 +27,20 @@ SAME_MODEL = dict(rtol=1e-6, atol=1e-7)      # a few ulps: any lost or doubled t
 FLOAT64 = dict(rtol=1e-6, atol=2e-7)         # float32 storage of the parameters: ulp 6e-8 at 1
 
 
-def _rank_main(rank, *args):
-    if rank == 0:
-        # The parent's tests/conftest.py compiles every program the CPU executor runs for
-        # sm_80 and sm_90a and assembles it; a spawned rank is a fresh interpreter, so rank 0
-        # applies the same check to the shard-sized programs (rank 1 runs the same ones).
-        import conftest  # noqa: F401
-    run_rank(rank, *args)
+def _rank_main(rank, world, *args):
+    """A spawned rank, with the parent's backend check: tests/conftest.py compiles every
+    program the CPU executor runs for sm_80 and sm_90a and assembles it. A rank is a fresh
+    interpreter, so it imports that check too; both ranks run the same shard-sized programs,
+    so each assembles the half whose key hashes to it (the two halves run side by side)."""
+    import conftest
+    check = conftest.compile_and_assemble
+
+    def my_half(graph, schedule, sizes):
+        key = f"{graph.text()}|{sorted(sizes.items())}"
+        if zlib.crc32(key.encode()) % world == rank:
+            check(graph, schedule, sizes)
+    conftest.compile_and_assemble = my_half
+    run_rank(rank, world, *args)
 
 
 @pytest.fixture(scope="module")
