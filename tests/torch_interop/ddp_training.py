@@ -49,8 +49,8 @@ SCENARIOS = {
                             ddp={"find_unused_parameters": True}),
     "compiled_no_sync": Scenario(False, True, steps=1, micro=2, unused=True,
                                  ddp={"find_unused_parameters": True}),
-    "compiled_python_reducer": Scenario(False, True, optimize_ddp="python_reducer"),
-    "ops_compiled": Scenario(True, True),      # plait's ops inside the plait backend's graph
+    # plait's ops inside the plait backend's graph, the backward under compiled autograd
+    "ops_compiled_python_reducer": Scenario(True, True, optimize_ddp="python_reducer"),
 }
 
 
