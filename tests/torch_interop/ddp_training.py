@@ -1,8 +1,9 @@
 """A small training step under torch DistributedDataParallel, shared by the DDP tests (CPU over
 gloo, GPU over NCCL) and bench/ddp_step.py.
 
-    results = run_rank(rank, world, port, "gloo", "cpu", SCENARIOS)   # in each spawned process
-    params = one_process(SCENARIOS["ops"], "cpu")                     # the same on the whole batch
+    spawn_ranks(run_rank, 2, (2, free_port(), "gloo", "cpu", list(SCENARIOS), out_dir))
+    # each rank saved {scenario: {"params", "stats", ...}} to out_dir/rank<r>.pt
+    one = one_process(SCENARIOS["ops"], "cpu")          # the same on the whole batch
 
 The model is a LayerNorm, a projection and a gated MLP with a residual (`GatedBlock`). Its
 norm and gate activation are plait.torch_op ops (`plait_ops=True`), or plain torch that
