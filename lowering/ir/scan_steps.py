@@ -29,7 +29,7 @@ from plait.dsl.cumulative import is_scan
 from ..graph.layout import Layout
 from ..tileir.scan_combine import named_program, scan_identity_value
 from ..tileir.tile import TileOp
-from .thread_rules import smem_words, thread_bits
+from .thread_rules import check_one_block_axis, smem_words, thread_bits
 
 SCAN_STEPS = ("scan_local", "scan_block", "scan_part")      # the thread ops of a scan
 
@@ -43,15 +43,8 @@ def scan_shape(layout: Layout, axis: str):
 
 def check_scan_axis(op: TileOp, layout: Layout, kernel: str) -> None:
     axis = op.attr("axis")
-    m = layout.map_of(axis)
-    if layout.loop is not None and axis == layout.loop.axis:
-        raise PlaitError(f"kernel {kernel}: {op.op} over {axis}: the block walks {axis} "
-                         "index by index (a grid tile and no threads); a scan needs "
-                         f"threads on {axis}: block: {{{axis}: {{threads: ...}}}}")
-    if m is None or m.tile is not None:
-        raise PlaitError(f"kernel {kernel}: {op.op} over {axis} is split across blocks "
-                         f"(or {axis} has no threads); a scan is walked by one block per "
-                         f"row: give {axis} threads and no grid tile")
+    check_one_block_axis(layout, axis, kernel, f"{op.op} over {axis}", "scan",
+                         "a scan is walked by one block per row")
 
 
 def scan_steps(op: TileOp, layout: Layout, kernel: str) -> tuple[dict, dict, int]:

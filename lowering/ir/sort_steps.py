@@ -28,6 +28,7 @@ from plait.dsl.errors import PlaitError
 from plait.dsl.sort import SORT_MAX_EXTENT
 
 from ..graph.layout import Layout
+from .thread_rules import check_one_block_axis
 
 SORT_STEPS = ("sort_block", "sort_part")       # the thread ops of a sort
 
@@ -43,15 +44,9 @@ def network_width(layout: Layout, axis: str) -> int:
 def sort_steps(layout: Layout, axis: str, kernel: str) -> tuple[dict, int]:
     """(the attributes of `sort_block` but its slot, shared words it needs): one word
     for each key and one for each index of the network."""
+    check_one_block_axis(layout, axis, kernel, f"sort over {axis}", "sort",
+                         "a row is sorted by one block")
     m = layout.map_of(axis)
-    if layout.loop is not None and axis == layout.loop.axis:
-        raise PlaitError(f"kernel {kernel}: sort over {axis}: the block walks {axis} index "
-                         "by index (a grid tile and no threads); a sort needs threads on "
-                         f"{axis}: block: {{{axis}: {{threads: ...}}}}")
-    if m is None or m.tile is not None:
-        raise PlaitError(f"kernel {kernel}: sort over {axis} is split across blocks (or "
-                         f"{axis} has no threads); a row is sorted by one block: give "
-                         f"{axis} threads and no grid tile")
     other = layout.col if m is layout.row else layout.row
     if other is not None and other.extent > 1:
         raise PlaitError(f"kernel {kernel}: sort over {axis} beside {other.axis} spread over "

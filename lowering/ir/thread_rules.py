@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from plait.dsl.dtypes import DType
+from plait.dsl.errors import PlaitError
 
 from ..artifact import Buffer
 from ..graph.layout import Layout
@@ -41,6 +42,21 @@ def vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, i
     while vec > 1 and (vec * buffer.dtype.itemsize > 16 or sizes[col.axis] % vec):
         vec //= 2
     return vec
+
+
+def check_one_block_axis(layout: Layout, axis: str, kernel: str, what: str, kind: str,
+                         walked_by: str) -> None:
+    """`what` (e.g. "cumsum over N"), a `kind` of op (scan, sort), needs `axis` spread over
+    the block's threads and covered whole by one block; `walked_by` says why, in the error
+    ("a scan is walked by one block per row")."""
+    m = layout.map_of(axis)
+    if layout.loop is not None and axis == layout.loop.axis:
+        raise PlaitError(f"kernel {kernel}: {what}: the block walks {axis} index by index "
+                         f"(a grid tile and no threads); a {kind} needs threads on {axis}: "
+                         f"block: {{{axis}: {{threads: ...}}}}")
+    if m is None or m.tile is not None:
+        raise PlaitError(f"kernel {kernel}: {what} is split across blocks (or {axis} has "
+                         f"no threads); {walked_by}: give {axis} threads and no grid tile")
 
 
 def staged_row_words(layout: Layout, buf: Buffer) -> int:
