@@ -330,9 +330,24 @@ def _sum_vjp(n, g, y, x):
 
 def _extreme_vjp(n, g, y, x):
     hit = cast(x == broadcast(y, x.axes), g.dtype)
-    # Ties share the gradient evenly, so the rule is symmetric in its inputs.
-    share = hit / reduce("sum", hit, over=n.attr("axis"))
-    return (share * g,)
+    # Ties share the gradient evenly, so the rule is symmetric in its inputs. max over
+    # several axes is a max per axis: each tied value of this level weighs the number of
+    # elements tied below it, so the share is even over all the tied elements, as
+    # torch.amax over several dims gives it (the levels below divide by their counts).
+    below = _tied_below(n.op, x.node, g.dtype)
+    weight = hit if below is None else hit * below
+    return (weight / reduce("sum", weight, over=n.attr("axis")) * g,)
+
+
+def _tied_below(op: str, node, dtype):
+    """How many elements of the innermost operand equal each value of `node` when node is
+    an `op` reduction of an `op` reduction ... (None when node is not an `op` reduction)."""
+    if node.op != op:
+        return None
+    inner = Tensor(node.inputs[0])
+    hit = cast(inner == broadcast(Tensor(node), inner.axes), dtype)
+    below = _tied_below(op, node.inputs[0], dtype)
+    return reduce("sum", hit if below is None else hit * below, over=node.attr("axis"))
 
 
 register(OpDef("sum", "reduce", _reduce_eval(np.sum), _sum_vjp, "add", "zero"))

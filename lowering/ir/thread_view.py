@@ -66,8 +66,10 @@ class KernelView:
         self.in_order: list[TileOp] = []       # every op, loop bodies where they stand
         for op in _every(k.body.ops):
             self.in_order.append(op_view(k, op))
-            if op.results:
-                self.ops[op.results[0]] = self.in_order[-1]
+            for i, r in enumerate(op.results):   # a `for` defines one value per accumulator
+                t = k.type_of(r)
+                self.ops[r] = self.in_order[-1] if i == 0 else \
+                    TileOp(r, op.name, op.args, t.axes, t.dtype, op.attrs)
 
     @property
     def shared_bytes(self) -> int:

@@ -23,6 +23,7 @@ from ..graph.policy import ResolvedPolicy
 from .scan_combine import combine_program
 from .view_load import chain_to_input, view_load
 
+COMPARES = ("eq", "ne", "lt", "le", "gt", "ge")
 IDENTITY_OPS = ("broadcast", "name", "permute", "stop_gradient")
 # Ops that read their first operand at other positions (their other operands plainly).
 REMAPPED = ("rotate_half", "blocked", "take") + RESHAPES
@@ -260,6 +261,8 @@ class _Builder:
             return self.emit("round", args, n.axes, reg, round=self._round_for(n))
         if n.op not in OPS or OPS[n.op].kind != "elementwise":
             raise PlaitError(f"lowering has no rule for op {n.op!r}", n.loc)
+        if n.op in COMPARES:
+            args = self._rounded_like_stored(n.inputs, args)
         divisor = n.inputs[1] if n.op == "div" else None
         if divisor is not None and reg == DType.FP32 and set(divisor.axes) < set(n.axes):
             # x / s with s constant along an axis of x (softmax's row sum, a mean's count):
@@ -268,6 +271,32 @@ class _Builder:
             return self.emit("mul", (args[0], inverse), n.axes, reg, round=self._round_for(n))
         return self.emit(n.op, args, n.axes, reg, round=self._round_for(n))
 
+
+    def _rounded_like_stored(self, nodes, args) -> list[int]:
+        """A comparison's operands, each computed one rounded to its dtype where another
+        operand is read from a buffer of that narrow dtype: max's gradient compares x with
+        max(x), and when one kernel stored max(x) in a bf16 temporary and this one
+        recomputes x in fp32, no element was equal (a tie count of 0, a NaN gradient).
+        Rounding is monotone, so the rounded x holds the stored max. Operands computed in
+        the same registers (or read from an fp32 temporary) already agree as they are, and
+        a constant keeps its exact value (as the reference compares it)."""
+        stored = {self._stored_dtype(a) for a in args} - {None}
+        out = []
+        for n, vid in zip(nodes, args):
+            computed = self.ops[vid].op not in ("const", "param", "size")
+            if computed and n.dtype in stored and self._stored_dtype(vid) != n.dtype and \
+                    self.ops[vid].attr("round") != n.dtype:
+                vid = self.emit("round", (vid,), n.axes, DType.FP32, round=n.dtype)
+            out.append(vid)
+        return out
+
+    def _stored_dtype(self, vid: int) -> DType | None:
+        """The narrow float dtype value `vid` was loaded in (None if computed, or wide)."""
+        op = self.ops[vid]
+        if op.op == "convert" and self.ops[op.args[0]].op == "load":
+            d = self.ops[op.args[0]].dtype
+            return d if d.is_float and d.bits < 32 else None
+        return None
 
     def _state_part(self, n: Node, args) -> int:
         """Part `part` of a generic scan: the scan op once per state (its parts share
