@@ -6,7 +6,8 @@
 # fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED,
 # FUZZ_SECONDS),
 # waited for at the end; tier: tests -m gpu (tests/torch_interop aside; TIER_PATHS narrows it);
-# torch: its GPU twins;
+# torch: its GPU twins (TORCH_PATHS narrows them); pytest gets SIGINT at its timeout, so the
+# failures so far are still reported;
 # memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
 # algorithms). Carry .wheels (hypothesis for the fuzzer) with the call. Logs go to $OUT.
 set -o pipefail
@@ -24,12 +25,12 @@ for stage in ${STAGES:-fuzz tier memcheck}; do
       workers=$(( $(nproc) - 2 ))
       # Stops sending cases after FUZZ_SECONDS and prints its summary; the timeout is a backstop.
       timeout ${FUZZ_TIMEOUT:-570} python3 tools/fuzz.py --cases ${FUZZ_CASES:-10000} \
-        --seconds ${FUZZ_SECONDS:-480} \
+        --seconds ${FUZZ_SECONDS:-480} --timeout ${FUZZ_CASE_TIMEOUT:-60} \
         --workers $workers --kind ${FUZZ_KIND:-forward} --seed ${FUZZ_SEED:-0} \
         > "$OUT/fuzz_${FUZZ_KIND:-forward}.log" 2>&1 &
       fuzz_pid=$! ;;
-    tier) timeout ${TIER_TIMEOUT:-300} $T -m gpu ${TIER_PATHS:-tests} --ignore=tests/torch_interop --ignore=tests/gpu/test_sanitizer_gpu.py ${TIER_ARGS:-} 2>&1 | tee "$OUT/gpu_tier.log" | tail -8 ;;
-    torch) timeout ${TORCH_TIMEOUT:-200} $T -m gpu tests/torch_interop 2>&1 | tee "$OUT/torch.log" | tail -6 ;;
+    tier) timeout -s INT -k 20 ${TIER_TIMEOUT:-300} $T -v -m gpu ${TIER_PATHS:-tests} --ignore=tests/torch_interop --ignore=tests/gpu/test_sanitizer_gpu.py ${TIER_ARGS:-} > "$OUT/gpu_tier.log" 2>&1; echo "tier rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tier.log" | tail -25 ;;
+    torch) timeout -s INT -k 20 ${TORCH_TIMEOUT:-200} $T -v -m gpu ${TORCH_PATHS:-tests/torch_interop} > "$OUT/torch.log" 2>&1; echo "torch rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$OUT/torch.log" | tail -25 ;;
     memcheck|racecheck|synccheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
       timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $stage $extra --error-exitcode 1 \

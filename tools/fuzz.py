@@ -19,6 +19,7 @@ import importlib.util
 import multiprocessing as mp
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -152,12 +153,33 @@ class Pool:
     def run(self) -> int:
         a = self.args
         start = time.time()
-        seeds = iter(range(a.seed, a.seed + a.cases))
-        pending = True
-        sent = 0
+        self.sent = 0
         for _ in range(min(a.workers, a.cases)):
             self.spawn()
-        done = 0
+        # A timeout's SIGTERM still prints the summary of the cases that finished.
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            self.loop(iter(range(a.seed, a.seed + a.cases)), start)
+        except KeyboardInterrupt:
+            print(f"fuzz: stopped by a signal; {len(self.busy)} cases unfinished", flush=True)
+            for p, _, _ in self.busy.values():
+                p.kill()
+            self.busy.clear()
+        for conn, p in self.idle:
+            conn.send(None)
+            p.join(timeout=10)
+        c = self.counts
+        print(f"({c['ok']} agreed, {c['skip']} no test case: an answer out of its dtype's "
+              "range, or a NaN output under a gradient)")
+        print(f"fuzz: {self.done} cases (seeds {a.seed}..{a.seed + self.sent - 1}, kind {a.kind}), "
+              f"{c['wrong']} wrong, {c['crash']} crashes, {c['hang']} hangs in "
+              f"{time.time() - start:.0f} s")
+        return 0 if c["wrong"] + c["crash"] + c["hang"] == 0 else 1
+
+    def loop(self, seeds, start):
+        a = self.args
+        pending = True
+        self.done = 0
         while self.busy or (pending and self.idle):
             while pending and self.idle:
                 late = a.seconds is not None and time.time() - start > a.seconds
@@ -167,7 +189,7 @@ class Pool:
                     break
                 conn, p = self.idle.pop()
                 conn.send(seed)
-                sent += 1
+                self.sent += 1
                 self.busy[conn] = (p, seed, time.time())
             for conn in wait(list(self.busy), timeout=1.0):
                 p, seed, _ = self.busy.pop(conn)
@@ -179,9 +201,9 @@ class Pool:
                     p.join()
                     self.spawn()
                 self.record(seed, status, report)
-                done += 1
-                if done % max(1, a.cases // 20) == 0:
-                    print(f"fuzz: {done}/{a.cases} cases, {time.time() - start:.0f} s",
+                self.done += 1
+                if self.done % max(1, a.cases // 20) == 0:
+                    print(f"fuzz: {self.done}/{a.cases} cases, {time.time() - start:.0f} s",
                           file=sys.stderr, flush=True)
             now = time.time()
             for conn, (p, seed, began) in list(self.busy.items()):
@@ -190,18 +212,12 @@ class Pool:
                     p.kill()        # the worker this pool started for this case
                     p.join()
                     self.record(seed, "hang", f"no result after {a.timeout:.0f} s")
-                    done += 1
+                    self.done += 1
                     self.spawn()
-        for conn, p in self.idle:
-            conn.send(None)
-            p.join(timeout=10)
-        c = self.counts
-        print(f"({c['ok']} agreed, {c['skip']} no test case: an answer out of its dtype's "
-              "range, or a NaN output under a gradient)")
-        print(f"fuzz: {done} cases (seeds {a.seed}..{a.seed + sent - 1}, kind {a.kind}), "
-              f"{c['wrong']} wrong, {c['crash']} crashes, {c['hang']} hangs in "
-              f"{time.time() - start:.0f} s")
-        return 0 if c["wrong"] + c["crash"] + c["hang"] == 0 else 1
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
