@@ -69,8 +69,11 @@ def test_a_chain_fused_into_its_reduction_matches_torch():
     x, w = _values((1031, 185), "fp32", 1), _values((37,), "fp32", 2)
     got = plait.run(rows, x, w)
     heads = F.pad(x.double().reshape(1031, 5, 37)[:, 1:4], (2, 1), value=1.0)
-    want = (heads.exp() * F.pad(w.double(), (2, 1))).sum(-1)
-    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-6)
+    terms = heads.exp() * F.pad(w.double(), (2, 1))
+    # w's signs cancel terms: the error of 40 fp32 products and adds scales with their
+    # magnitudes, not with the (sometimes tiny) sum
+    bound = 1e-5 * terms.abs().sum(-1)
+    assert ((got.double() - terms.sum(-1)).abs() <= bound).all()
 
 
 def test_gradients_match_torch_autograd():

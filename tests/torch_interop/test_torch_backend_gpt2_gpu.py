@@ -62,7 +62,10 @@ def _check(fn, shapes, extra=()):
     for kind in ("ref", "eager", "plait"):
         dt = torch.float64 if kind == "ref" else torch.bfloat16
         args = [x.to(dt).requires_grad_() for x in xs]
-        run = torch.compile(fn, backend="plait") if kind == "plait" else fn
+        # a module runs its float64 twin for the reference (its parameters are bf16)
+        ref_fn = copy.deepcopy(fn).to(dt) if isinstance(fn, torch.nn.Module) else fn
+        run = torch.compile(fn, backend="plait") if kind == "plait" else \
+            ref_fn if kind == "ref" else fn
         y = run(*args, *(e.to(dt) if e.is_floating_point() else e for e in extra))
         y.double().pow(2).sum().backward()
         outs[kind] = [y] + [a.grad for a in args]

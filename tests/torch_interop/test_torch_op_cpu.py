@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 import plait  # noqa: E402
 from plait.dsl import PlaitError  # noqa: E402
-from torch_cases import CASES, example_names, load, make_inputs, max_rel_err, reference, \
+from torch_cases import CASES, example_names, load, make_inputs, max_rel_err, pick, reference, \
     tolerance  # noqa: E402
 
 NAMES = sorted(CASES)
@@ -22,14 +22,9 @@ def gen(request):
     return torch.Generator().manual_seed(seed)
 
 
-def _pick(name, out):
-    """The output a case's reference computes, where the algorithm has several."""
-    return out if CASES[name].pick is None else out[CASES[name].pick]
-
-
 def _call(name, inputs):
     op = plait.torch_op(load(name))
-    return _pick(name, op(**inputs, **CASES[name].scalars))
+    return pick(name, op(**inputs, **CASES[name].scalars))
 
 
 def _op_args(name, inputs):
@@ -88,7 +83,7 @@ def test_torch_compile_fullgraph_keeps_the_op(name, gen):
         return gm.forward
 
     def fn(**kw):
-        return _pick(name, op(**kw, **scalars)) * 2 + 1
+        return pick(name, op(**kw, **scalars)) * 2 + 1
     compiled = torch.compile(fn, fullgraph=True, backend=recording)
     got = compiled(**inputs)
     want = fn(**inputs)

@@ -5,7 +5,7 @@ torch = pytest.importorskip("torch")
 
 import plait  # noqa: E402
 from plait.runtime import driver  # noqa: E402
-from torch_cases import CASES, load, make_inputs, max_rel_err, reference, \
+from torch_cases import CASES, load, make_inputs, max_rel_err, pick, reference, \
     tolerance  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
@@ -22,7 +22,7 @@ def gen(request):
 
 
 def _call(name, inputs):
-    return plait.torch_op(load(name))(**inputs, **CASES[name].scalars)
+    return pick(name, plait.torch_op(load(name))(**inputs, **CASES[name].scalars))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -65,7 +65,7 @@ def test_torch_compile_fullgraph_on_gpu(name, backend, gen):
     scalars = CASES[name].scalars
 
     def fn(**kw):
-        return op(**kw, **scalars) * 2.0 + 1.0
+        return pick(name, op(**kw, **scalars)) * 2.0 + 1.0
     fresh = {k: v.detach().clone().requires_grad_(v.requires_grad) for k, v in inputs.items()}
     got = torch.compile(fn, fullgraph=True, backend=backend)(**fresh)
     want = fn(**inputs)

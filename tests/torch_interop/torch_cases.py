@@ -41,7 +41,7 @@ def _hf_rotary(x, cos, sin):
 
 def _selective_scan(x, dt, A, Bm, C):
     """examples/selective_scan.py as a float64 loop over the sequence."""
-    h = torch.zeros(x.shape[0], x.shape[2], A.shape[1], dtype=x.dtype)
+    h = torch.zeros(x.shape[0], x.shape[2], A.shape[1], dtype=x.dtype, device=x.device)
     ys = []
     for t in range(x.shape[1]):
         step = dt[:, t, :, None]
@@ -56,9 +56,14 @@ def _top8_token(logits, seed=0, temperature=1.0):
     from random_cases import uniform_want
     values, at = torch.topk(logits / temperature, 8, dim=-1)
     p = torch.softmax(values, -1)
-    u = torch.from_numpy(uniform_want((logits.shape[0],), seed)).to(p.dtype)
+    u = torch.from_numpy(uniform_want((logits.shape[0],), seed)).to(p.device, p.dtype)
     choice = ((p.cumsum(-1) <= u[:, None]).sum(-1)).clamp(max=7)
     return at.gather(-1, choice[:, None])[:, 0].to(torch.int32)
+
+
+def pick(name, out):
+    """The output a case's reference computes, where the algorithm has several."""
+    return out if CASES[name].pick is None else out[CASES[name].pick]
 
 
 CASES = {
