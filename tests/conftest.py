@@ -43,8 +43,8 @@ def pytest_collection_modifyitems(config, items):
 # schedule and sizes are compiled for sm_80 and sm_90a and every kernel is assembled.
 # A clean PlaitError from the compiler (a schedule a target cannot take) is a refusal,
 # not a crash; anything else, or PTX that ptxas rejects, fails the test. A program that
-# no target compiles is listed in the summary (the CPU run alone checked it); with
-# PLAIT_STRICT_BACKEND=1 it fails its test.
+# the CPU runs but no target compiles fails its test too (the CPU executor is not the
+# backend); with PLAIT_STRICT_BACKEND=0 it is only listed in the summary.
 import functools  # noqa: E402
 
 from plait.dsl.errors import PlaitError  # noqa: E402
@@ -82,7 +82,7 @@ def compile_and_assemble(graph, schedule, sizes) -> None:
             _usage.append((kernel.name, target, usage))
     if len(refused) == len(BACKEND_TARGETS) and not empty_axes(sizes):
         _uncompiled.append((graph.name, "; ".join(refused)))
-        if os.environ.get("PLAIT_STRICT_BACKEND") == "1":
+        if os.environ.get("PLAIT_STRICT_BACKEND", "1") != "0":
             raise AssertionError(f"{graph.name} ran on the CPU but no target compiles it: "
                                  + "; ".join(refused))
 
