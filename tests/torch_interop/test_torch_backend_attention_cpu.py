@@ -13,12 +13,7 @@ from plait.runtime.fx_attention import attention_as_math, sdpa_math  # noqa: E40
 TOL = dict(rtol=2e-4, atol=2e-5)
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _check(fn, shapes, extra=()):

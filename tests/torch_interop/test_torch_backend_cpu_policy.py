@@ -14,12 +14,8 @@ from backend_models import MLP, Residual  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
+def _fresh(fresh_backend, monkeypatch):
     monkeypatch.delenv(backend.CPU_ENV, raising=False)
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
 
 
 def _train_step(model, x, **compile_kw):

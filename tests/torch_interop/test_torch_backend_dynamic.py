@@ -17,12 +17,8 @@ TOL = dict(rtol=2e-4, atol=2e-5)     # fp32 (plait) against float64 (eager)
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
+def _fresh(fresh_backend, monkeypatch):
     monkeypatch.setenv(backend.CPU_ENV, "1")
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.fixture

@@ -17,12 +17,8 @@ TOL = dict(rtol=1e-3, atol=1e-4)     # fp32 kernels (reduction orders differ) ag
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
+def _fresh(fresh_backend):
     torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
 
 
 def test_block_at_three_sequence_lengths_on_gpu():

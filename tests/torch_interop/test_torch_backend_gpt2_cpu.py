@@ -20,12 +20,7 @@ GPT2_MAX_REGIONS = 2
 BLOCK_MAX_REGIONS = 2
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _compiled(model):

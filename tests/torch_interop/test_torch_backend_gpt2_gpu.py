@@ -14,16 +14,8 @@ from plait.runtime import driver  # noqa: E402
 
 from backend_models import GPT2, GPT2Block  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("fresh_backend"),
               pytest.mark.skipif(not driver.gpu_available(), reason="no CUDA GPU")]
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
 
 
 def _rel(a, ref) -> float:

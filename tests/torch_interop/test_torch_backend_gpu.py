@@ -11,16 +11,8 @@ from plait.runtime import driver  # noqa: E402
 
 from backend_models import MLP, Block, Residual, RMSNorm, Softmax, SwiGLU  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("fresh_backend"),
               pytest.mark.skipif(not driver.gpu_available(), reason="no CUDA GPU")]
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
 
 
 def _rel(a, ref) -> float:

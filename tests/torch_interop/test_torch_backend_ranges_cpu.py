@@ -10,12 +10,7 @@ import plait.runtime.torch_backend as backend  # noqa: E402
 TOL = dict(rtol=2e-4, atol=2e-5)
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _check(fn, *shapes):

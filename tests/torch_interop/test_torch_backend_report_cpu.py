@@ -10,12 +10,7 @@ torch = pytest.importorskip("torch")
 import plait.runtime.torch_backend as backend  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    backend.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _rows(text: str, kind: str) -> list[list[str]]:
