@@ -16,7 +16,7 @@ import ml_dtypes
 import pytest
 
 from plait.autodiff import grad
-from plait.dsl import DType, Tensor, algorithm, evaluate, index, logical_or, max, min, sum, tanh, where
+from plait.dsl import DType, Tensor, algorithm, evaluate, index, logical_or, max, min, tanh, where
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule import Schedule, validate
 
