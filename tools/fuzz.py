@@ -161,6 +161,7 @@ class Pool:
         try:
             self.loop(iter(range(a.seed, a.seed + a.cases)), start)
         except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # `timeout` may pass on a second
             print(f"fuzz: stopped by a signal; {len(self.busy)} cases unfinished", flush=True)
             for p, _, _ in self.busy.values():
                 p.kill()
