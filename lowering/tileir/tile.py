@@ -291,11 +291,15 @@ class _Builder:
         return out
 
     def _stored_dtype(self, vid: int) -> DType | None:
-        """The narrow float dtype value `vid` was loaded in (None if computed, or wide)."""
+        """The narrow float dtype value `vid` is exact in: loaded in it, or a max or min of
+        such values (None if computed otherwise, or wide)."""
         op = self.ops[vid]
         if op.op == "convert" and self.ops[op.args[0]].op == "load":
             d = self.ops[op.args[0]].dtype
             return d if d.is_float and d.bits < 32 else None
+        if op.op in ("max", "min", "maximum", "minimum"):
+            kinds = {self._stored_dtype(a) for a in op.args}
+            return kinds.pop() if len(kinds) == 1 else None
         return None
 
     def _state_part(self, n: Node, args) -> int:
