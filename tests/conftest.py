@@ -114,3 +114,17 @@ def pytest_terminal_summary(terminalreporter):
         f"{most[0]} on {most[1]} ({most[2].registers}); kernels with spills: {len(spills)}")
     for name, target, usage in spills[:10]:
         terminalreporter.write_line(f"  spills: {name} on {target}: {usage}")
+
+
+@pytest.fixture
+def fresh_backend():
+    """A fresh torch.compile state and plait backend statistics around a test (the torch
+    interop modules use it; torch is imported here, where only they, which need it, ask).
+    Kept in this file: a second conftest module would shadow this one for the tests that
+    `import conftest` (the DDP ranks call compile_and_assemble)."""
+    import torch
+    import plait.runtime.torch_backend as backend
+    torch._dynamo.reset()
+    backend.reset_stats()
+    yield backend
+    torch._dynamo.reset()
