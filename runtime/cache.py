@@ -20,7 +20,9 @@ against anyone who can read your files as you (they can read the secret).
 Two processes compiling the same key at once: each takes an flock on the key's
 lock file, so one compiles while the other waits and then reads its entry;
 every write goes to a temporary file in the same folder and is renamed over
-the entry (os.replace is atomic), so a reader never sees half a file. A
+the entry (os.replace is atomic), so a reader never sees half a file. The
+secret is made or replaced under a lock of its own, by whoever re-reads it there
+and still finds none: racing processes all use the one that landed. A
 damaged entry is deleted and rebuilt. The cache only ever saves time: when the
 folder cannot be written or is not safe, plait compiles in memory and says so once.
 """
@@ -128,6 +130,12 @@ def _read_own_file(path: Path) -> bytes | None:
     return None
 
 
+def _usable_secret(path: Path) -> bytes | None:
+    """The secret at `path` when it is ours, a regular file and at least 32 bytes."""
+    data = _read_own_file(path)
+    return data if data is not None and len(data) >= 32 else None
+
+
 def special_file(path: Path) -> bool:
     """Whether something other than a regular file or a symlink sits at `path` (a
     folder, FIFO, socket or device): never opened, and not ours to remove."""
@@ -173,35 +181,39 @@ class ProgramCache:
         if not self._folder():
             return None
         path = self.directory / SECRET_NAME
-        data = _read_own_file(path)
-        if data is None and special_file(path):
-            self._warn(OSError(f"{path} is not a regular file"))
-            return None
-        if data is None or len(data) < 32:
-            if os.path.lexists(path):   # someone else's, a symlink or damaged: replace it
-                try:
-                    os.unlink(path)
-                except OSError as e:
-                    self._warn(e)
-                    return None
-            try:   # written whole, then linked into place: a reader never sees it half made
-                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-", suffix=".tmp")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(secrets.token_bytes(32))
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass                # another process made it first: read theirs
-                finally:
-                    os.unlink(tmp)
-            except OSError as e:
-                self._warn(e)
+        data = _usable_secret(path)
+        if data is None:
+            if special_file(path):
+                self._warn(OSError(f"{path} is not a regular file"))
                 return None
-            data = _read_own_file(path)
-            if data is None or len(data) < 32:
+            # Racing processes must agree on one secret: whoever holds the lock re-reads
+            # it before replacing it, so none replaces one another has just made and uses.
+            with self._flock(SECRET_NAME + ".lock"):
+                data = _usable_secret(path) or self._make_secret(path)
+            if data is None:
                 return None
         self._secret = data
         return data
+
+    def _make_secret(self, path: Path) -> bytes | None:
+        """Replace what is at `path` (missing, someone else's, a symlink or too short) by a
+        fresh secret, written whole and then linked into place; read back."""
+        try:
+            if os.path.lexists(path):
+                os.unlink(path)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(secrets.token_bytes(32))
+                os.link(tmp, path)
+            except FileExistsError:
+                pass                # made without the lock (no fcntl): read theirs
+            finally:
+                os.unlink(tmp)
+        except OSError as e:
+            self._warn(e)
+            return None
+        return _usable_secret(path)
 
     def read(self, key: str) -> Program | None:
         secret = self.secret()
@@ -252,11 +264,20 @@ class ProgramCache:
     @contextmanager
     def _key_lock(self, key: str):
         """Across processes, one compiles a key at a time; no lock is still correct, only slower."""
+        if self.secret() is None:
+            yield
+            return
+        with self._flock(f".{key}.lock"):
+            yield
+
+    @contextmanager
+    def _flock(self, name: str):
+        """An exclusive flock on the folder's lock file `name` while the block runs (none
+        where fcntl is missing or the file cannot be made)."""
         handle = None
-        if fcntl is not None and self.secret() is not None:
+        if fcntl is not None:
             try:
-                fd = os.open(self.directory / f".{key}.lock",
-                             os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+                fd = os.open(self.directory / name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
                 handle = os.fdopen(fd, "a+b")
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             except OSError:
@@ -269,6 +290,7 @@ class ProgramCache:
             if handle is not None:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
                 handle.close()
+
     def get_or_build(self, key_parts: dict, build: Callable[[], Program]) -> Program:
         key = cache_key(key_parts)
         with self._lock:         # threads of one process: compile each key once

@@ -127,6 +127,38 @@ def test_processes_racing_compile_once(tmp_path):
     assert not list((tmp_path / "c").glob("*.tmp"))
 
 
+def test_secret_made_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two processes meeting a folder without a secret: the other one links its secret in
+    between this one's read (nothing there) and its check of the path. Replacing it would
+    leave the two with different secrets, each failing the other's entries (a key built
+    twice: the racing test above, seen in CI)."""
+    mine, other = ProgramCache(tmp_path), ProgramCache(tmp_path)
+    original = cache._read_own_file
+    raced = []
+
+    def read_then_race(path):
+        data = original(path)
+        if path.name == cache.SECRET_NAME and not raced:
+            raced.append(None)
+            raced[0] = other.secret()             # the other process wins the race here
+        return data
+
+    monkeypatch.setattr(cache, "_read_own_file", read_then_race)
+    assert mine.secret() == raced[0] is not None
+    assert (tmp_path / cache.SECRET_NAME).read_bytes() == raced[0]
+    other.get_or_build(KEY, lambda: program("other"))
+    assert mine.get_or_build(KEY, lambda: program("mine")) == program("other")
+    assert mine.builds == 0
+
+
+def test_short_secret_is_replaced_once(tmp_path):
+    (tmp_path / cache.SECRET_NAME).write_bytes(b"x" * 31)
+    os.chmod(tmp_path / cache.SECRET_NAME, 0o600)
+    first = ProgramCache(tmp_path).secret()
+    assert first is not None and len(first) >= 32
+    assert ProgramCache(tmp_path).secret() == first
+
+
 # ---------------------------------------------------------------- tamper corpus
 
 OTHER = {**KEY, "graph": "algorithm g(x: fp32[M])"}
