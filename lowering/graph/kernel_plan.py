@@ -118,8 +118,12 @@ def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
     else:
         default = default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:
-    # the default keeps each argmax axis whole in one block (no grid tile on it).
+    # the default keeps each argmax axis whole in one block (no grid tile on it), with
+    # threads along an outer one as a scan's (a few elements each: 4 threads along 301
+    # rows would each hold 76, past the layout's bound).
     whole = {n.attr("axis") for n in nodes if is_pair(n.op)}
+    if whole and not scanned and not sorted_axes and whole - {axes[-1]}:
+        default = scan_default(axes, whole - {axes[-1]}, reduced, itemsize, sizes)
     if whole:
         default = replace(default, grid=tuple((a, t) for a, t in default.grid
                                               if a not in whole))

@@ -83,7 +83,7 @@ def test_rows_agree_with_torch_rule(M, N):
         np.testing.assert_array_equal(got[kind], picked)
 
 
-@pytest.mark.parametrize("M,N", [(37, 301), (200, 13), (5, 1)])
+@pytest.mark.parametrize("M,N", [(37, 301), (200, 13), (5, 1), (301, 6), (3001, 3)])
 def test_columns_reduce_the_outer_axis(M, N):
     x = _planted(N, M, np.random.default_rng()).T.copy()   # planted rows become columns
     got = plait.run(cols, x, device="cpu")
