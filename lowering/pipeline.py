@@ -32,6 +32,7 @@ from .graph.layout import Layout, make_layout
 from .graph.policy import resolve
 from .ir.build import build_kernel, build_program
 from .ir.nodes import Kernel, walk
+from .ir.shifted_rows import shifted_layout
 from .ir.simt_threads import thread_level
 from .ir.thread_view import KernelView
 from .target import DEFAULT_TARGET, get_target
@@ -113,8 +114,8 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
             continue
         # A derived axis the kernel does not iterate over is one it writes partials along.
         partial_axes = {a: src for a, src, _ in kg.derived if a not in plan.axes}
-        layout = make_layout(plan.name, plan.axes, plan.schedule, full, partial_axes, schedule,
-                             spec)
+        layout = shifted_layout(make_layout(plan.name, plan.axes, plan.schedule, full,
+                                            partial_axes, schedule, spec), tile, full, aligned)
         threads.append(simt_kernel(tile, layout, full, aligned, target))
     return Lowered(kg, tuple(tiles), tuple(threads), full)
 

@@ -169,13 +169,16 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     """The compiled Program: from this process's memo, the disk cache, or the compiler."""
     import plait
     from plait.lowering import pipeline
+    from plait.lowering.ir import shifted_rows
     sms = _multiprocessors()
-    fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target, sms)
+    switches = (shifted_rows.enabled(),)          # lowering switches read from the environment
+    fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target, sms, switches)
     hit = _by_identity.get(fast)
     if hit is not None and hit[0] is graph and hit[1] is schedule:
         return hit[2]
     sched_dict = schedule.to_dict() if schedule is not None else None
-    memo = (graph.text(), repr(sched_dict), tuple(sorted(sizes.items())), aligned, target, sms)
+    memo = (graph.text(), repr(sched_dict), tuple(sorted(sizes.items())), aligned, target, sms,
+            switches)
     if memo in _programs:
         _by_identity[fast] = (graph, schedule, _programs[memo])
         return _programs[memo]

@@ -24,6 +24,7 @@ from .gather import scatter_add as _scatter_add
 from .gather import take_load as _take_load
 from .gather import view_load as _view_load
 from ..tileir.rotate_load import source_index
+from ..ir.shifted_rows import lead_pad
 from ..ir.thread_view import KernelView, loop_body, loop_starts, op_view, pair_step
 
 _NP = {DType.FP32: np.float32, DType.INT32: np.int32, DType.INT64: np.int64,
@@ -42,11 +43,12 @@ def _blocks(prog: KernelView, sizes) -> tuple[int, dict[str, np.ndarray]]:
     return total, index
 
 
-def _held(m, size: int) -> tuple[int, int]:
+def _held(m, size: int, pad: int = 0) -> tuple[int, int]:
     """(threads, reps) of axis map `m` that hold a position inside the axis in some block:
     every repeat while a block's span needs them, else the threads of the first repeat
-    (a power of two, so that butterfly partners stay among them)."""
-    span = min(m.extent, size)
+    (a power of two, so that butterfly partners stay among them). `pad`: the positions a
+    row shifted to its alignment spans beyond its extent (ir/shifted_rows.py)."""
+    span = min(m.extent, size) + pad
     reps = max(1, min(m.reps, -(-span // (m.threads * m.vector))))
     if reps > 1:
         return m.threads, reps
@@ -68,7 +70,8 @@ class _Machine:
         self.partial = dict(self.layout.partial_axes)
         self.loop_index = 0
         self.shared: dict[int, np.ndarray] = {}   # smem_put slot -> every thread's partials
-        self.held = {m.axis: _held(m, sizes[m.axis])
+        pad = {self.layout.col.axis: lead_pad(self.layout)} if self.layout.col else {}
+        self.held = {m.axis: _held(m, sizes[m.axis], pad.get(m.axis, 0))
                      for m in (self.layout.row, self.layout.col) if m is not None}
 
     def index(self, axis: str) -> np.ndarray:
@@ -89,13 +92,25 @@ class _Machine:
             threads, reps = self.held[axis]
             return (base + np.arange(reps).reshape(_shape(reps, _RC)) * m.threads * m.vector
                     + np.arange(threads).reshape(_shape(threads, _TC)) * m.vector
-                    + np.arange(m.vector).reshape(_shape(m.vector, _V)))
+                    + np.arange(m.vector).reshape(_shape(m.vector, _V)) - self.lead())
         return base
+
+    def lead(self):
+        """Each row's shift back to its alignment (ir/shifted_rows.py), 0 when unshifted:
+        the offset of the row's first element in a buffer over `lead_axes`, mod V."""
+        axes = self.layout.lead_axes
+        if not axes:
+            return 0
+        linear = 0
+        for a in axes[:-1]:
+            linear = linear * self.sizes[a] + self.index(a)
+        return linear * self.sizes[axes[-1]] % self.layout.col.vector
 
     def in_bounds(self, axes) -> np.ndarray:
         mask = np.ones([1] * 6, bool)
         for a in axes:
-            mask = mask & (self.index(a) < self.sizes[a])
+            index = self.index(a)
+            mask = mask & (index < self.sizes[a]) & (index >= 0)
         return mask
 
     def owner(self, axes) -> np.ndarray:

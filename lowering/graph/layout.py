@@ -48,6 +48,7 @@ class Layout:
     cache_hints: bool = True
     prefetch: int = 1                                 # loop steps whose loads run ahead
     prefetch_into: str = "registers"                  # or "shared": a cp.async ring
+    lead_axes: tuple[str, ...] = ()   # rows shifted to their alignment: whose (ir/shifted_rows.py)
 
     def map_of(self, axis: str) -> AxisMap | None:
         for m in (self.row, self.col):
@@ -70,6 +71,8 @@ class Layout:
         occ = f" occupancy={self.occupancy}" if self.occupancy else ""
         if self.loop is not None:
             parts.append(f"loop {self.loop.axis}: {self.loop.tile} per block")
+        if self.lead_axes:
+            parts.append(f"rows shifted to the alignment of [{','.join(self.lead_axes)}]")
         return f"layout threads={self.threads}{occ} grid({grid}) " + "; ".join(parts)
 
 

@@ -39,7 +39,10 @@ def vector_for(buffer: Buffer, layout: Layout, aligned: bool, sizes: dict[str, i
     if not aligned or col is None or not buffer.axes or buffer.axes[-1] != col.axis:
         return 1
     vec = col.vector
-    while vec > 1 and (vec * buffer.dtype.itemsize > 16 or sizes[col.axis] % vec):
+    # rows shifted to their alignment (ir/shifted_rows.py) start at multiples of vec
+    shifted = layout.lead_axes == buffer.axes
+    while vec > 1 and (vec * buffer.dtype.itemsize > 16 or (sizes[col.axis] % vec
+                                                            and not shifted)):
         vec //= 2
     return vec
 

@@ -24,13 +24,14 @@ from plait.dsl.dtypes import DType
 
 from . import ops as L
 from . import gather
+from . import shifted_rows as shifted
 from .ptx_text import launch_bounds, llvm_to_ptx
 from .fragments import full as _full
 from .fragments import map_fragments as _map
 from .fragments import mask_and as _mask_and
-from .memo import per_emitter
 from ..limits import STATIC_SHARED_LIMIT
 from .arg_reduce import PairReductionEmitter
+from .indexing import IndexEmitter
 from .reduce import ReductionEmitter
 from .scan import ScanEmitter
 from .sort import SortEmitter
@@ -55,7 +56,8 @@ def emit_llvm_ir(k: Kernel, entry: str) -> str:
     return str(_Emitter(k, entry).module)
 
 
-class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter):
+class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter,
+               SortEmitter):
     def __init__(self, k: Kernel, entry: str):
         self.kernel = k
         self.prog = prog = KernelView(k)     # what the op handlers read of the kernel
@@ -115,133 +117,6 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter)
         self._emit_loop(loop_body(self.kernel, loop), fn)
         for result, last in zip(loop.results, loop.body.ops[-1].args):
             self.values[result] = self.values[last]
-
-    # ---- indices ---------------------------------------------------------
-    def sreg(self, name: str):
-        return self.intr.call(self.b, f"llvm.nvvm.read.ptx.sreg.{name}", L.I32, [])
-
-    def size(self, axis: str):
-        return self.args[("size", axis)]
-
-    def _setup_indices(self) -> None:
-        b = self.b
-        self.tid = self.sreg("tid.x")
-        self.block_index: dict[str, ir.Value] = {}
-        grid = self.lay.grid
-        outer = grid
-        linear = self.sreg("ctaid.x")
-        if len(grid) > 1:
-            # artifact.split_grid: the innermost axis on x, the others over y and z
-            self.block_index[grid[-1][0]] = linear
-            outer = grid[:-1]
-            linear = b.add(self.sreg("ctaid.y"), b.mul(self.sreg("ctaid.z"),
-                                                        self.sreg("nctaid.y")))
-        for k, (axis, tile) in enumerate(reversed(outer)):
-            if k == len(outer) - 1:      # the outermost axis: what is left is its index
-                self.block_index[axis] = linear
-                if len(grid) > 1:        # z rounds up: the blocks past the end leave
-                    past = b.icmp_unsigned(">=", linear, self._blocks_along(axis, tile))
-                    with b.if_then(past, likely=False):
-                        b.ret_void()
-                break
-            count = self._blocks_along(axis, tile)
-            following = b.udiv(linear, count)
-            self.block_index[axis] = b.sub(linear, b.mul(following, count))
-            linear = following
-        self.thread_index = {}
-        for m in (self.lay.row, self.lay.col):
-            if m is not None:
-                self.thread_index[m.axis] = b.and_(b.lshr(self.tid, L.i32(m.shift)),
-                                                   L.i32(m.threads - 1))
-        self.partial = dict(self.lay.partial_axes)
-
-    def _blocks_along(self, axis: str, tile: int):
-        return self.b.udiv(self.b.add(self.size(axis), L.i32(tile - 1)), L.i32(tile))
-
-    def base(self, axis: str):
-        tile = dict(self.lay.grid).get(axis)
-        if tile is None:
-            return L.i32(0)
-        return self.b.mul(self.block_index[axis], L.i32(tile))
-
-    @per_emitter
-    def index(self, axis: str, r: int, c: int, v: int, ahead=0):
-        """Element index along `axis` of fragment element (r, c, v) of this thread.
-
-        `ahead` picks the index of the walked axis: k the k-th after the current one
-        (prefetching), ("first", k) the k-th before the loop starts; either stops at the
-        block's last index."""
-        b = self.b
-        if axis in self.partial:
-            return self.block_index[self.partial[axis]]
-        if self.lay.loop is not None and axis == self.lay.loop.axis:
-            if isinstance(ahead, tuple):
-                step = L.i32(ahead[1])
-            else:
-                step = b.add(self.loop_index, L.i32(ahead)) if ahead else self.loop_index
-            if ahead and ahead != ("first", 0):
-                last = b.sub(self.loop_count, L.i32(1))
-                step = b.select(b.icmp_unsigned("<", step, self.loop_count), step, last)
-            return b.add(self.base(axis), step)
-        m = self.lay.map_of(axis)
-        if m is None:
-            return self.base(axis)
-        if m is self.lay.row:
-            return b.add(self.base(axis), b.add(L.i32(r * m.threads), self.thread_index[axis]))
-        offset = b.add(L.i32(c * m.threads * m.vector + v),
-                       b.mul(self.thread_index[axis], L.i32(m.vector)))
-        return b.add(self.base(axis), offset)
-
-    def always_in_bounds(self, axis: str, r: int, c: int, v: int) -> bool:
-        """True when no thread's element (r, c, v) can lie past the axis's end: the block
-        covers the whole axis (its extent is known when compiling) or the axis is gridded
-        with one element per block."""
-        if axis in self.partial:
-            return True
-        if self.lay.loop is not None and axis == self.lay.loop.axis:
-            return True                  # the loop stops at the axis's end (`loop_count`)
-        m = self.lay.map_of(axis)
-        if m is None:
-            return True
-        if m.tile is not None:
-            return False
-        if m is self.lay.row:
-            return r * m.threads + m.threads - 1 < m.extent
-        return c * m.threads * m.vector + (m.threads - 1) * m.vector + v < m.extent
-
-    @per_emitter
-    def in_bounds(self, axes: tuple, r: int, c: int, v: int, ahead=0):
-        b = self.b
-        masks = [b.icmp_unsigned("<", self.index(a, r, c, v, ahead), self.size(a))
-                 for a in axes if not self.always_in_bounds(a, r, c, v)]
-        return _mask_and(b, masks)
-
-    @per_emitter
-    def owner(self, axes: tuple):
-        b = self.b
-        masks = [b.icmp_unsigned("==", self.thread_index[m.axis], L.i32(0))
-                 for m in (self.lay.row, self.lay.col)
-                 if m is not None and m.axis not in axes and m.threads > 1]
-        return _mask_and(b, masks)
-
-    def offset(self, buf, r, c, v, ahead=0, at=None):
-        """Element offset (i64) of fragment element (r, c, v) in a row-major buffer;
-        `at` overrides the index along some axes (a rotated load's source)."""
-        b = self.b
-        total = ir.Constant(L.I64, 0)
-        for i, axis in enumerate(buf.axes):
-            stride = ir.Constant(L.I64, 1)
-            for later in buf.axes[i + 1:]:
-                stride = b.mul(stride, b.zext(self.size(later), L.I64))
-            index = at[axis] if at and axis in at else self.index(axis, r, c, v, ahead)
-            total = b.add(total, b.mul(b.zext(index, L.I64), stride))
-        return total
-
-    def address(self, buf, r, c, v, ahead=0, at=None):
-        ptr = self.args[("buffer", buf.name)]
-        byte = self.b.mul(self.offset(buf, r, c, v, ahead, at),
-                          ir.Constant(L.I64, buf.dtype.itemsize))
-        return self.b.ptrtoint(self.b.gep(ptr, [byte]), L.I64)
 
     # ---- ops -------------------------------------------------------------
     def frag_shape(self, axes):
@@ -326,6 +201,11 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter)
         out = np.empty(shape, dtype=object)
         rotate = op.attr("rotate")
         for r, c, v0 in self.vectors(buf, vec):
+            if shifted.straddles(self, buf, c, v0, vec):
+                bits = shifted.straddling_load(self, buf, r, c, v0, vec,
+                                               self._cache_hint(buf), ahead)
+                self.unpack(out, (r, c, v0), bits, vec, buf.dtype)
+                continue
             mask = self.in_bounds(buf.axes, r, c, v0, ahead)
             at, negate = rotated_source(self, buf, rotate, vec, r, c, v0, ahead) \
                 if rotate else (None, None)
@@ -391,6 +271,11 @@ class _Emitter(ReductionEmitter, PairReductionEmitter, ScanEmitter, SortEmitter)
                 address = self.address(buf, r, c, v0)
                 pairs = L.encode_pairs(self.b, [value[r, c, v0 + k] for k in range(vec)],
                                        buf.dtype)
+                if shifted.straddles(self, buf, c, v0, vec):
+                    shifted.straddling_store(self, buf, r, c, v0, vec, [L.encode(
+                        self.b, self.intr, value[r, c, v0 + k], buf.dtype) for k in
+                        range(vec)], owner, None if pairs is None else (pairs, 32))
+                    continue
                 if pairs is not None:
                     _asm_store_words(self.b, address, mask, pairs, 32)
                     continue
