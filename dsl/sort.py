@@ -73,24 +73,28 @@ def _sort_vjp(n, g, y, x):
         return (None,)
     from .gather import scatter_add
     from .reshape import slice as axis_slice
-    axis = n.attr("axis")
-    indices = sort_part(n.inputs[0], axis, bool(n.attr("descending")), 1)
+    axis, keep = n.attr("axis"), n.attr("keep")
+    indices = sort_part(n.inputs[0], axis, bool(n.attr("descending")), 1, keep)
     src = "_sorted_" + axis         # the sorted positions, an axis of their own
     batch = tuple(a for a in n.axes if a != axis)
-    return (scatter_add(axis_slice(g, **{axis: (0, None)}, into=src),
-                        axis_slice(indices, **{axis: (0, None)}, into=src),
+    # a topk's sort holds meaningful positions only up to `keep`: the rest is not scattered
+    return (scatter_add(axis_slice(g, **{axis: (0, keep)}, into=src),
+                        axis_slice(indices, **{axis: (0, keep)}, into=src),
                         axis=axis, batch=batch),)
 
 
 register(OpDef("sort", "sort", _sort_eval, _sort_vjp))
 
 
-def sort_part(x, over: str, descending: bool, part: int) -> Tensor:
-    """Part `part` of x sorted along `over` (0 the values, 1 their int32 positions)."""
+def sort_part(x, over: str, descending: bool, part: int, keep: int | None = None) -> Tensor:
+    """Part `part` of x sorted along `over` (0 the values, 1 their int32 positions). With
+    `keep`, only the first `keep` positions are read (topk): lowering may leave the rest
+    unsorted, and the evaluator still sorts the whole row."""
     x = x if isinstance(x, Tensor) else Tensor(x)
     dtype = x.dtype if part == 0 else DType.INT32
     return new_node("sort", (x,), x.axes, dtype, axis=over, part=part,
-                    **({"descending": True} if descending else {}))
+                    **({"descending": True} if descending else {}),
+                    **({"keep": int(keep)} if keep is not None else {}))
 
 
 def _operand(x, what: str, over) -> Tensor:
@@ -135,6 +139,6 @@ def topk(x, k=None, over=None, into=None, largest: bool = True):
                          f"axis name has one size in an algorithm), not {into!r}",
                          user_location())
     from .reshape import slice as axis_slice
-    values, indices = sort(x, over, descending=largest, return_indices=True)
+    values, indices = (sort_part(x, over, largest, part, keep=int(k)) for part in (0, 1))
     return (axis_slice(values, **{over: (0, int(k))}, into=into),
             axis_slice(indices, **{over: (0, int(k))}, into=into))

@@ -25,24 +25,55 @@ def precedes(ka, ia, kb, ib, size: int, descending: bool):
     return np.where(sa | sb, sb & (~sa | (ia < ib)), element)
 
 
-def bitonic(keys: np.ndarray, idx: np.ndarray, size: int, descending: bool) -> None:
-    """Sort each row of (keys, idx) in place, width a power of two, pass by pass."""
+def _compare_swap(keys, idx, lo, hi, up, size: int, descending: bool) -> None:
+    """Order each pair (lo, hi): the preceding one first where `up`, last elsewhere."""
+    a, b = (keys[:, lo], idx[:, lo]), (keys[:, hi], idx[:, hi])
+    swap = np.where(up, precedes(*b, *a, size, descending),
+                    precedes(*a, *b, size, descending))
+    keys[:, lo], keys[:, hi] = np.where(swap, b[0], a[0]), np.where(swap, a[0], b[0])
+    idx[:, lo], idx[:, hi] = np.where(swap, b[1], a[1]), np.where(swap, a[1], b[1])
+
+
+def bitonic(keys: np.ndarray, idx: np.ndarray, size: int, descending: bool,
+            chunk: int | None = None) -> None:
+    """Sort each row of (keys, idx) in place, width a power of two, pass by pass; with
+    `chunk`, each run of `chunk` positions alike (the last stage does not alternate)."""
     width = keys.shape[-1]
+    chunk = width if chunk is None else chunk
     i = np.arange(width)
     k = 2
-    while k <= width:
+    while k <= chunk:
         j = k // 2
         while j >= 1:
             lo = i[(i ^ j) > i]
-            hi = lo ^ j
-            up = (lo & k) == 0                   # this pair's run ascends
-            a, b = (keys[:, lo], idx[:, lo]), (keys[:, hi], idx[:, hi])
-            swap = np.where(up, precedes(*b, *a, size, descending),
-                            precedes(*a, *b, size, descending))
-            keys[:, lo], keys[:, hi] = np.where(swap, b[0], a[0]), np.where(swap, a[0], b[0])
-            idx[:, lo], idx[:, hi] = np.where(swap, b[1], a[1]), np.where(swap, a[1], b[1])
+            # this pair's run ascends (all of them at the last stage)
+            _compare_swap(keys, idx, lo, lo ^ j, (lo & k & (chunk - 1)) == 0, size,
+                          descending)
             j //= 2
         k *= 2
+
+
+def keep_best(keys: np.ndarray, idx: np.ndarray, size: int, descending: bool,
+              chunk: int) -> None:
+    """After bitonic(..., chunk): the rounds that leave the best `chunk` of each row
+    sorted at its first positions (ir/sort_steps.py says how)."""
+    width = keys.shape[-1]
+    i = np.arange(chunk)
+    span = 2 * chunk
+    while span <= width:
+        base = np.arange(0, width, span)[:, None]
+        lo = (base + i).reshape(-1)
+        hi = (base + span // 2 + chunk - 1 - i).reshape(-1)
+        better = precedes(keys[:, hi], idx[:, hi], keys[:, lo], idx[:, lo], size, descending)
+        keys[:, lo] = np.where(better, keys[:, hi], keys[:, lo])
+        idx[:, lo] = np.where(better, idx[:, hi], idx[:, lo])
+        j = chunk // 2
+        while j >= 1:
+            first = i[(i ^ j) > i]
+            lo = (base + first).reshape(-1)
+            _compare_swap(keys, idx, lo, lo ^ j, np.ones(lo.shape, bool), size, descending)
+            j //= 2
+        span *= 2
 
 
 def sort_block(m, op, value) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +89,10 @@ def sort_block(m, op, value) -> tuple[np.ndarray, np.ndarray]:
     rows = np.broadcast_to(np.arange(shape[0])[:, None], pos.shape)
     inside = pos < size
     keys[rows[inside], pos[inside]] = value[inside]
-    bitonic(keys, idx, size, bool(op.attr("descending")))
+    chunk = op.attr("chunk")
+    bitonic(keys, idx, size, bool(op.attr("descending")), chunk)
+    if chunk is not None:               # a topk's: its first `chunk` positions
+        keep_best(keys, idx, size, bool(op.attr("descending")), chunk)
     at = np.minimum(pos, width - 1)
     return (np.take_along_axis(keys, at, 1).reshape(shape),
             np.take_along_axis(idx, at, 1).reshape(shape))

@@ -320,11 +320,12 @@ class _Builder:
     def _sort_part(self, n: Node, args) -> int:
         """Part `part` of a sort (0 the values, 1 the int32 indices): the tile op `sort`
         once per operand, axis and direction, holding the value in its register dtype."""
-        key = ("sort", n.inputs[0].uid, n.attr("axis"), n.attr("descending"))
-        if key not in self.scans:
+        key = ("sort", n.inputs[0].uid, n.attr("axis"), n.attr("descending"), n.attr("keep"))
+        if key not in self.scans:       # keep: a topk's, which reads the first positions
             self.scans[key] = self.emit("sort", args, n.axes,
                                         register_dtype(n.inputs[0].dtype),
-                                        axis=n.attr("axis"), descending=n.attr("descending"))
+                                        axis=n.attr("axis"), descending=n.attr("descending"),
+                                        keep=n.attr("keep"))
         return self.emit("sort_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
                          index=n.attr("part"))
 
