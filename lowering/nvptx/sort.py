@@ -14,14 +14,35 @@ from llvmlite import ir
 
 from plait.dsl.dtypes import DType
 
+from ..ir.sort_steps import GIVEN_SENTINEL
+
 from . import ops as L
+from .fragments import mask_and
+from .ptx_memory import asm_store
 
 
 class SortEmitter:
     def _sort_op(self, op, args):
         if op.op == "sort_part":
             return args[0][op.attr("index")]
-        return self._sort_block(op, args[0])
+        return self._sort_block(op, *args)
+
+    def _store_along(self, op, value) -> None:
+        """A topk's store (cpu/sort.py store_along is its spec): the element at position
+        p < size(into) along `axis` goes to [.., into = p], one element at a time."""
+        b = self.b
+        axis, into = op.attr("along")
+        buf = self.prog.buffer(op.attr("buffer"))
+        axes = tuple(axis if a == into else a for a in buf.axes)
+        shape = self.frag_shape(axes)
+        value = np.broadcast_to(value, shape)
+        owner = self.owner(axes)
+        for r, c, v in np.ndindex(shape):
+            pos = self.index(axis, r, c, v)
+            kept = b.icmp_unsigned("<", pos, self.size(into))
+            mask = mask_and(b, [self.in_bounds(axes, r, c, v), kept, owner])
+            bits = [L.encode(b, self.intr, value[r, c, v], buf.dtype)]
+            asm_store(b, self.address(buf, r, c, v, 0, {into: pos}), mask, bits, buf.dtype)
 
     def _sort_precedes(self, a: tuple, c: tuple, size, descending: bool):
         """Whether pair a = (key, index) goes before pair c (ir/sort_steps.py's order)."""
@@ -44,11 +65,13 @@ class SortEmitter:
         sentinel = b.and_(sc, b.or_(b.not_(sa), lower))
         return b.select(b.or_(sa, sc), sentinel, element)
 
-    def _sort_block(self, op, frag):
+    def _sort_block(self, op, frag, given=None):
+        """`given`: the elements' indices (a split topk's; sentinels from GIVEN_SENTINEL)."""
         b, axis, width = self.b, op.attr("axis"), op.attr("width")
         descending = bool(op.attr("descending"))
         shape = self.frag_shape(op.axes)
         frag = np.broadcast_to(frag, shape)
+        given = None if given is None else np.broadcast_to(given, shape)
         dtype = op.dtype if op.dtype in (DType.FP32, DType.INT32) else DType.FP32
         keys = self._smem_base(dtype)
         first = op.attr("slot")
@@ -62,13 +85,16 @@ class SortEmitter:
             past = b.and_(b.icmp_signed("<", q, L.i32(width)), b.icmp_signed(">=", q, size))
             with b.if_then(past):
                 b.store(ir.Constant(L.REGISTER[dtype], 0), b.gep(keys, [q]))
-                b.store(q, b.gep(index, [q]))
+                b.store(q if given is None else b.add(q, L.i32(GIVEN_SENTINEL)),
+                        b.gep(index, [q]))
         for idx in np.ndindex(shape):
             pos = self.index(axis, *idx)
             with b.if_then(self.in_bounds((axis,), *idx)):
                 b.store(frag[idx], b.gep(keys, [pos]))
-                b.store(pos, b.gep(index, [pos]))
+                b.store(pos if given is None else given[idx], b.gep(index, [pos]))
         self._barrier()
+        if given is not None:           # sentinels go by GIVEN_SENTINEL, not the extent
+            size = L.i32(GIVEN_SENTINEL)
         chunk = op.attr("chunk")
         self._sort_network(keys, index, size, width, descending, chunk)
         if chunk is not None:           # a topk's: the best `chunk` at the first positions
