@@ -27,6 +27,10 @@ from .node import OpDef, register
 from .tensor import Tensor, along_one_axis, new_node
 
 SORT_MAX_EXTENT = 4096      # one block's bitonic network: 4096 keys and indices in 32 KB
+# A split topk's second kernel sorts candidates with their positions in the whole row
+# (lowering/graph/topk_split.py); its sentinels are GIVEN_SENTINEL + their position in the
+# network, past every position of a row (rows are below 2^30 elements).
+GIVEN_SENTINEL = 1 << 30
 
 
 def is_sort(op: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from plait.dsl.dtypes import round_to
-from ..ir.sort_steps import GIVEN_SENTINEL
+from plait.dsl.sort import GIVEN_SENTINEL
 
 
 def precedes(ka, ia, kb, ib, size: int, descending: bool):

@@ -41,9 +41,6 @@ from ..graph.layout import Layout
 from .thread_rules import check_one_block_axis
 
 SORT_STEPS = ("sort_block", "sort_part")       # the thread ops of a sort
-# With a second operand (a split topk's positions in the whole row), the sentinels are
-# GIVEN_SENTINEL + their position: past every given index (rows below 2^30 elements).
-GIVEN_SENTINEL = 1 << 30
 
 
 def network_width(layout: Layout, axis: str) -> int:

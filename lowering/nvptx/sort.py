@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from plait.dsl.dtypes import DType
 
-from ..ir.sort_steps import GIVEN_SENTINEL
+from plait.dsl.sort import GIVEN_SENTINEL
 
 from . import ops as L
 from .fragments import mask_and
