@@ -67,7 +67,7 @@ register(OpDef("topk", "topk", _topk_eval, _topk_vjp))
 
 def topk_part(x, over: str, into: str, k: int, descending: bool, part: int) -> Tensor:
     """Part `part` of the top k of x along `over`, over a new axis `into` of size k."""
-    declare_axes((into,), over)
+    declare_axes((into,), over, before=True)     # `over` stays the innermost it was
     axes = canonical_axes([into if a == over else a for a in x.axes])
     dtype = x.dtype if part == 0 else DType.INT32
     return new_node("topk", (x,), axes, dtype, axis=over, into=into, k=int(k), part=part,
