@@ -16,6 +16,7 @@ from plait.autodiff import grad
 from plait.dsl import PlaitError, Tensor, algorithm, exp, permute, sum, topk
 from plait.dsl.reference import evaluate
 from plait.lowering import pipeline
+from plait.lowering.artifact import Program
 from plait.runtime.ptxas import find_ptxas, resource_usage
 from plait.schedule import load_schedule
 
@@ -144,7 +145,9 @@ def test_one_kernel_per_row_and_two_past_a_block():
     temps = [b for b in low.kernel_graph.buffers if b.role == "temp"]
     assert sorted(b.shape(low.sizes) for b in temps) == [(8, 32, 64)] * 4
     program = pipeline.compile_program(graph, None, {"M": 8, "N": 128256}, True, "sm_90a")
-    assert program.complete_sizes({"M": 8, "N": 128256, "K": 64, "J": 64}) == low.sizes
+    given = {"M": 8, "N": 128256, "K": 64, "J": 64}
+    assert program.complete_sizes(given) == low.sizes        # the new axes at run time
+    assert Program.from_json(program.to_json()).complete_sizes(given) == low.sizes
     deep = pipeline.lower(top_of(64).graph(), None, {"M": 2, "N": 300000}, True)
     assert len(deep.kernel_graph.kernels) == 6      # 4736 candidates: split again
 
