@@ -139,6 +139,10 @@ class _Printer:
             down = ", descending=True" if n.attr("descending") else ""
             part = ", return_indices=True)[1]" if n.attr("part") == 1 else ")"
             return f'sort({ops[0][0]}, over={_q(n.attr("axis"))}{down}{part}', _ATOM
+        if n.op == "topk":      # one part of the pair; a second call traces the same node
+            low = "" if n.attr("descending") else ", largest=False"
+            return (f'topk({ops[0][0]}, {n.attr("k")}, over={_q(n.attr("axis"))}, '
+                    f'into={_q(n.attr("into"))}{low})[{n.attr("part")}]'), _ATOM
         if n.op == "broadcast":
             return f"broadcast({ops[0][0]}, ({_quote_axes(n.axes)},))", _ATOM
         if n.op == "name":

@@ -3,9 +3,10 @@
     python bench/topk.py
 
 Rows of logits [M, V], k = 64. The issue's workload is 8192 x 128256 (LLaMA-3's
-vocabulary); plait's topk sorts a row in one block, so rows of more than 4096 elements
-are refused today (dsl/sort.py): the table says so for that shape and times the rows that
-fit (8192 x 4096, 8192 x 1000). GB/s counts the logits read once and the k values and
+vocabulary): a row longer than one block (4096) runs as two kernels, a block per chunk
+of 4096 keeping its best 64, then a block per row keeping the best 64 of the 32 x 64
+candidates (lowering/graph/topk_split.py); 8192 x 4096 and 8192 x 1000 keep the best k of
+a row in one block. A shape plait refuses is printed as refused. GB/s counts the logits read once and the k values and
 indices written once (plait int32 indices, torch int64: each its own bytes); the copy is
 a device copy of the logits' bytes (read + write) in the same run. Medians of
 triton.testing.do_bench, as called and as a CUDA graph replay (bench/timing.py).

@@ -17,7 +17,8 @@ from .cumulative import cummax, cummin, cumprod, cumsum
 from .scan_generic import scan
 from .reshape import concat, merge_axes, pad, shift, slice, split_axis
 from .select import argmax, argmin, max_with_index, min_with_index
-from .sort import sort, topk
+from .sort import sort
+from .topk import topk
 from .tensor import Tensor, TensorSpec, broadcast, cast, index, size, where
 
 bf16, fp16, fp32 = DType.BF16, DType.FP16, DType.FP32

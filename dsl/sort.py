@@ -1,8 +1,7 @@
-"""Sorting along a named axis: sort, and topk on top of it.
+"""Sorting along a named axis (topk, which selects rather than sorts, is dsl/topk.py).
 
     sort(x, over="N")                          x[M, N] -> [M, N]: each row ascending
     sort(x, over="N", return_indices=True)     -> (values, int32 positions in x)
-    topk(x, 5, over="N", into="K")             -> (values[M, K], indices[M, K]), K = 5
 
 Semantics, those of torch.sort(stable=True) and torch.topk(sorted=True): ties keep the
 lower index first (in both directions), NaN sorts as the largest value (last ascending,
@@ -13,8 +12,7 @@ Each result is one node `sort` (attribute `part`: 0 the values, 1 the indices) w
 same operand, axis and direction, so lowering sorts once and both parts read it off. A
 kernel sorts a row in one block (a bitonic network in shared memory, ir/sort_steps.py), so
 the sorted axis must fit a block: at most SORT_MAX_EXTENT elements, refused by name when
-sizes are bound in lowering. topk is sort followed by the first k positions (`slice`);
-k larger than the axis is refused there too.
+sizes are bound in lowering.
 
 Gradients: the values' gradient sends each output's gradient back to the position it came
 from (a scatter_add of dout at the indices); the indices carry none.
@@ -29,6 +27,10 @@ from .node import OpDef, register
 from .tensor import Tensor, along_one_axis, new_node
 
 SORT_MAX_EXTENT = 4096      # one block's bitonic network: 4096 keys and indices in 32 KB
+# A split topk's second kernel sorts candidates with their positions in the whole row
+# (lowering/graph/topk_split.py); its sentinels are GIVEN_SENTINEL + their position in the
+# network, past every position of a row (rows are below 2^30 elements).
+GIVEN_SENTINEL = 1 << 30
 
 
 def is_sort(op: str) -> bool:
@@ -37,21 +39,24 @@ def is_sort(op: str) -> bool:
 
 
 def walks_rows(op: str) -> bool:
-    """Whether `op` needs its axis whole in one block, one block per row: a scan or a
-    sort (the kernel graph groups, schedules and refuses them alike)."""
+    """Whether `op` needs its axis whole in one block, one block per row: a scan, a sort
+    or a topk (the kernel graph groups, schedules and refuses them alike)."""
     from .cumulative import is_scan
-    return is_scan(op) or is_sort(op)
+    return is_scan(op) or is_sort(op) or op == "topk"
 
 
-def sort_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
-    """The stable order of x along `axis` with NaN largest: the positions to take."""
+def sort_order(x: np.ndarray, axis: int, descending: bool,
+               position: np.ndarray | None = None) -> np.ndarray:
+    """The stable order of x along `axis` with NaN largest: the positions to take. Ties
+    go by `position` where given (distinct along the axis), else by index."""
     x = np.asarray(x)
     nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
     key = np.where(nan, 0, x).astype(np.float64)
     if descending:
         key, nan = -key, ~nan          # NaN first, then the largest
-    position = np.broadcast_to(np.arange(x.shape[axis]).reshape(
-        [-1 if d == axis % x.ndim else 1 for d in range(x.ndim)]), x.shape)
+    if position is None:
+        position = np.broadcast_to(np.arange(x.shape[axis]).reshape(
+            [-1 if d == axis % x.ndim else 1 for d in range(x.ndim)]), x.shape)
     keys = [np.moveaxis(a, axis, -1) for a in (position, key, nan)]
     flat = [k.reshape(-1, x.shape[axis]) for k in keys]
     order = np.stack([np.lexsort((p, k, n)) for p, k, n in zip(*flat)]) if flat[0].size \
@@ -120,21 +125,3 @@ def sort(x, over=None, descending: bool = False, return_indices: bool = False):
     if not _flag(return_indices, "sort", "return_indices"):
         return values
     return values, sort_part(x, over, descending, 1)
-
-
-def topk(x, k=None, over=None, into=None, largest: bool = True):
-    """(values, int32 indices) of the k largest (largest=False: smallest) elements of x
-    along `over`, sorted as torch.topk(x, k, dim, sorted=True) gives them, over a new axis
-    `into` of size k (ties: the lower index first)."""
-    x = _operand(x, "topk", over)
-    largest = _flag(largest, "topk", "largest")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise PlaitError(f"topk needs k, a Python int >= 1, not {k!r}", user_location())
-    if not isinstance(into, str):
-        raise PlaitError("topk needs into=AXIS, the name of the new axis of size k (an "
-                         f"axis name has one size in an algorithm), not {into!r}",
-                         user_location())
-    from .reshape import slice as axis_slice
-    values, indices = sort(x, over, descending=largest, return_indices=True)
-    return (axis_slice(values, **{over: (0, int(k))}, into=into),
-            axis_slice(indices, **{over: (0, int(k))}, into=into))

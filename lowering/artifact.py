@@ -91,10 +91,15 @@ class Program:
     # Axes the compiler made up (e.g. one row per block of a split reduction):
     # (axis, source axis, tile) means size[axis] = ceil(size[source] / tile).
     derived: tuple[tuple[str, str, int], ...] = ()
+    # Axes a rewrite made (a long topk's chunks: graph/topk_split.py), in order:
+    # (axis, sources, divisor, multiplier): ceil(product of sources / divisor) * multiplier.
+    made: tuple[tuple[str, tuple[str, ...], int, int], ...] = ()
 
     def complete_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         """The algorithm's axis sizes plus the derived ones every Buffer and kernel may use."""
         out = dict(sizes)
+        for axis, sources, divisor, multiplier in self.made:
+            out[axis] = -(-math.prod(out[s] for s in sources) // divisor) * multiplier
         for axis, source, tile in self.derived:
             out[axis] = -(-out[source] // tile)
         return out
@@ -121,4 +126,5 @@ class Program:
                            k.get("persistent", False), k.get("grid_xyz", False))
             for k in d["kernels"])
         derived = tuple((a, s, t) for a, s, t in d.get("derived", ()))
-        return Program(d["algorithm"], d["target"], buffers, kernels, derived)
+        made = tuple((a, tuple(s), q, m) for a, s, q, m in d.get("made", ()))
+        return Program(d["algorithm"], d["target"], buffers, kernels, derived, made)

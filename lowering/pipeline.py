@@ -30,6 +30,7 @@ from .graph.footprint import large_temporaries
 from .graph.kernels import KernelGraph, build_kernel_graph
 from .graph.layout import Layout, make_layout
 from .graph.policy import resolve
+from .graph.topk_split import split_long_topk
 from .ir.build import build_kernel, build_program
 from .ir.nodes import Kernel, walk
 from .ir.shifted_rows import shifted_layout
@@ -53,6 +54,7 @@ class Lowered:
     tiles: tuple[TileProgram, ...]
     threads: tuple[Kernel | GemmProgram | StreamKernel, ...]
     sizes: dict
+    made: tuple = ()        # axes a rewrite made (graph/topk_split.py): Program.made
 
 
 def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int],
@@ -70,6 +72,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
     spec = get_target(target)
     multiprocessors = multiprocessors or spec.sms
     sizes = derive_sizes(graph.nodes, sizes)   # the axes split_axis, slice, ... made
+    graph, sizes, made = split_long_topk(graph, sizes)   # rows past a block: two kernels
     check_extents(sizes)
     if schedule is not None:   # ranges, and what the target takes, on every path
         validate(schedule, target=spec)
@@ -117,7 +120,7 @@ def lower(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[str, int
         layout = shifted_layout(make_layout(plan.name, plan.axes, plan.schedule, full,
                                             partial_axes, schedule, spec), tile, full, aligned)
         threads.append(simt_kernel(tile, layout, full, aligned, target))
-    return Lowered(kg, tuple(tiles), tuple(threads), full)
+    return Lowered(kg, tuple(tiles), tuple(threads), full, made)
 
 
 def _warn_unused_contraction_keys(kg: KernelGraph, schedule: Schedule | None,
@@ -201,7 +204,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
                                       _kernel_args(t), t.threads, t.grid, shared, dynamic,
                                       grid_xyz=True))
     kg = low.kernel_graph
-    program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived)
+    program = Program(graph.name, target, kg.buffers, tuple(kernels), kg.derived, low.made)
     check_grids(program, derive_sizes(graph.nodes, sizes),
                 multiprocessors or get_target(target).sms)
     return program

@@ -132,6 +132,14 @@ def _split_of(axis: str) -> str | None:
     return base if sep and n.isdigit() else None
 
 
+def _chunks_of(axis: str) -> str | None:
+    """The axis a long topk's rewrite made `axis` of (`N_l0`, a chunk of N's row: its
+    kernels' printed schedules name them; lowering/graph/topk_split.py), else None."""
+    base, sep, tail = axis.rpartition("_")
+    return base if sep and len(tail) > 1 and tail[0] in "pclkq" and tail[1:].isdigit() \
+        else None
+
+
 def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
     if schedule.algorithm != graph.name:
         p.add("algorithm", f"this schedule is for {shown(schedule.algorithm)}, "
@@ -143,8 +151,8 @@ def _check_against_graph(p: Problems, schedule: Schedule, graph, specs) -> None:
         for key, entries in (("grid", own.grid), ("block", own.block),
                              ("contraction.tile", tiles), ("stream", stream)):
             for axis, _ in entries:
-                if axis not in axes and not (prefix.startswith("kernels.")
-                                             and _split_of(axis) in axes):
+                if axis not in axes and not (prefix.startswith("kernels.") and (
+                        _split_of(axis) in axes or _chunks_of(axis) in axes)):
                     p.unknown(f"{prefix}{key}.{axis}", axis, axes, "axis", graph.name)
         # Each thread takes one element at least: tiles over every axis bound the block.
         gridded = [t for a, t in eff.grid if a in axes]

@@ -191,6 +191,8 @@ def _step(m: _Machine, op, args, arrays, scalars):
         if rotate[0] is not None:
             value = np.where(negate, -value, value)
         return np.where(mask, value, np.zeros((), buf.dtype))
+    if kind == "store" and op.attr("along") is not None:    # a topk's
+        return sort.store_along(m, op, args[0], arrays)
     if kind == "store":
         buffer = m.prog.buffer(op.attr("buffer"))
         target = arrays[buffer.name]
@@ -234,7 +236,7 @@ def _step(m: _Machine, op, args, arrays, scalars):
     if kind == "scan_block":
         return scan.scan_block(m, op, args[0], _step, _NP)
     if kind == "sort_block":
-        return sort.sort_block(m, op, args[0])
+        return sort.sort_block(m, op, *args)
     if kind == "sort_part":
         return args[0][op.attr("index")]
     if kind == "scan_part":

@@ -28,7 +28,7 @@ from . import mathfns
 from .emulate import _NP
 from .gather import add_at
 from .scan import Combine
-from .sort import sort_along
+from .sort import sort_frame
 from .scan import combine_fn as scan_combine
 from .scan import scan_identity
 from .emulate import _step as elementwise_step
@@ -146,7 +146,7 @@ def _op(f: Frame, op: Op, args: list):
     if kind == "scan":
         return _scan(f, op, args, t)
     if kind == "sort":
-        return _sort(f, op, args[0])
+        return sort_frame(f, op, args)
     if kind == "iota":
         return np.asarray(f.index(op.attr("axis")), np.int32)
     if kind == "size":
@@ -240,12 +240,13 @@ def _scatter_add(f: Frame, op: Op, src: np.ndarray, idx: np.ndarray) -> None:
 def _store(f: Frame, op: Op, value: np.ndarray, add: bool) -> None:
     buf = f.kernel.buffer(op.attr("buffer"))
     target = f.arrays[buf.name]
-    if any(value.shape[f.dim(a)] != 1 for a in f.axes if a not in buf.axes
-           and a not in f.fold):
+    axis, into = op.attr("along") or (None, None)   # a topk's: axis p < size(into) at p
+    axes = tuple(axis if a == into else a for a in buf.axes)
+    if any(value.shape[f.dim(a)] != 1 for a in f.axes if a not in axes and a not in f.fold):
         raise ValueError(f"store to {buf.name} of a value that varies along an axis the "
                          "buffer does not have")
-    index = [f.index(a) for a in buf.axes]
-    ok = f.inside(buf.axes)
+    index = [f.index(a) for a in axes]
+    ok = f.inside(axes) & (f.index(axis) < f.sizes[into] if axis else True)
     shape = np.broadcast_shapes(value.shape, ok.shape, *[i.shape for i in index])
     ok = np.broadcast_to(ok, shape)
     idx = tuple(np.broadcast_to(i, shape)[ok] for i in index)
@@ -301,14 +302,6 @@ def _scan(f: Frame, op: Op, args: list, t):
     with np.errstate(all="ignore"):
         out = fn.accumulate(value, axis=d, dtype=dtype)
     return _rounded((np.flip(out, d) if flip else out).astype(dtype), op)
-
-
-def _sort(f: Frame, op: Op, value: np.ndarray) -> tuple:
-    """(values, int32 indices) of each row sorted along the axis (cpu/sort.py)."""
-    axis = op.attr("axis")
-    shape = np.broadcast_shapes(value.shape, f.inside((axis,)).shape)
-    return sort_along(np.broadcast_to(value, shape), f.dim(axis), f.sizes[axis],
-                      bool(op.attr("descending")))
 
 
 def _state_scan(f: Frame, op: Op, args: list):

@@ -96,6 +96,10 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
     for n in nodes:
         if n.uid in masks or n.op == "scatter_add":
             continue
+        if n.op == "topk":       # walks the axis it reads; `into` is only where it stores
+            used.update(a for a in n.axes if a != n.attr("into"))
+            used.add(n.attr("axis"))
+            continue
         used.update(a for a in n.axes if a != n.attr("partial"))
         if n.op in REDUCE_OPS:
             used.add(n.attr("axis"))
@@ -110,7 +114,7 @@ def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
                   itemsize: int, threads_per_sm: int | None = None) -> KernelSchedule:
     reduced = {n.attr("axis") for n in nodes if n.op in REDUCE_OPS}
     scanned = {n.attr("axis") for n in nodes if walks_rows(n.op)}
-    sorted_axes = {n.attr("axis") for n in nodes if is_sort(n.op)}
+    sorted_axes = {n.attr("axis") for n in nodes if is_sort(n.op) or n.op == "topk"}
     if sorted_axes:             # one row per block (ir/sort_steps.py refuses more)
         default = sort_default(axes, min(sorted_axes, key=axes.index), itemsize, sizes)
     elif scanned:

@@ -35,6 +35,7 @@ from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
 from .scan_schedule import refuse_split_scans
+from .topk_staging import plan_groups, stage_topk
 from plait.dsl.sort import walks_rows
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
@@ -102,6 +103,7 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
         more, outputs = stage_contractions(graph.name, outputs)
         staged += more
     staged, outputs = stage_rotations(graph.name, staged, outputs, sizes)  # computed operands
+    staged, outputs = stage_topk(graph.name, staged, outputs)      # topk results computed on
     staged, outputs, zeroed = stage_scatters(graph.name, staged, outputs, policy.storage_of)
     staged, outputs = stage_invariant_reductions(graph.name, staged, outputs)
     # Outputs that iterate over the same axes share one kernel: LayerNorm's backward
@@ -122,10 +124,11 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
     planner = _Planner(graph, schedule, policy, sizes,
                        lambda name: bool(tensor_cores) and name not in generic, tensor_cores,
                        multiprocessors, threads_per_sm)
-    for buf, value in staged:
-        held = DType.FP32 if buf in zeroed else policy.storage_of(buf, value.dtype)
-        planner.temps.append(Buffer(buf, held, value.axes, "temp", zero=buf in zeroed))
-        planner.plan(buf, {buf: value})
+    for kernel, values in plan_groups(staged):     # a topk's two parts: one kernel
+        for buf, value in values.items():
+            held = DType.FP32 if buf in zeroed else policy.storage_of(buf, value.dtype)
+            planner.temps.append(Buffer(buf, held, value.axes, "temp", zero=buf in zeroed))
+        planner.plan(kernel, values)
     for out, st in streamed.items():
         buffers.append(Buffer(out, policy.storage_of(out, st.out.dtype), st.out.axes,
                               "output"))

@@ -66,14 +66,15 @@ def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> 
     from plait.dsl.errors import PlaitError
     from plait.dsl.sort import SORT_MAX_EXTENT, is_sort
     for n in nodes:
-        if is_sort(n.op) and sizes[n.attr("axis")] > SORT_MAX_EXTENT:
+        # (a topk's longer rows were split in two kernels before: graph/topk_split.py)
+        if (is_sort(n.op) or n.op == "topk") and sizes[n.attr("axis")] > SORT_MAX_EXTENT:
             axis = n.attr("axis")
-            raise PlaitError(f"sort over {axis} of extent {sizes[axis]}: a row is sorted in "
-                             f"one block, so the axis may hold at most {SORT_MAX_EXTENT} "
+            raise PlaitError(f"{n.op} over {axis} of extent {sizes[axis]}: a row is sorted "
+                             f"in one block, so the axis may hold at most {SORT_MAX_EXTENT} "
                              "elements", n.loc)
-        if (is_scan(n.op) or is_sort(n.op)) and n.attr("axis") in gridded:
+        if (is_scan(n.op) or is_sort(n.op) or n.op == "topk") and n.attr("axis") in gridded:
             axis = n.attr("axis")
-            what = "a sort" if is_sort(n.op) else "a scan"
+            what = "a scan" if is_scan(n.op) else f"a {n.op}"
             raise kernel_error(schedule, name, "grid", f"{n.op} over {axis} is split across "
                                f"blocks (extent {sizes[axis]}); {what} is walked by one "
                                f"block per row: give {axis} threads and no grid tile "

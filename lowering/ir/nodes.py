@@ -114,13 +114,13 @@ STRUCTURAL = {
     "const": (0, 1), "param": (0, 1), "size": (0, 1), "iota": (0, 1),
     "load": (None, 1), "store": (1, 0), "atomic_add": (1, 0), "scatter_add": (2, 0),
     "convert": (1, 1), "round": (1, 1), "convert_layout": (1, 1),
-    "reduce": (None, None), "scan": (None, None), "sort": (1, 2), "dot": (None, 1), "for": (None, None),
+    "reduce": (None, None), "scan": (None, None), "sort": (None, 2), "dot": (None, 1), "for": (None, None),
     "yield": (None, 0),
     # a SIMT kernel's thread-level steps (`simt_threads.py`)
     "accumulate": (2, 1), "reduce_local": (1, 1), "reduce_shfl": (1, 1),
     "barrier": (None, None), "smem_put": (2, 1), "smem_fold": (1, 1), "reduce_done": (1, 1),
     "scan_local": (None, 1), "scan_block": (1, 1), "scan_part": (1, 1),
-    "sort_block": (1, 1), "sort_part": (1, 1),
+    "sort_block": (None, 1), "sort_part": (1, 1),
 }
 
 

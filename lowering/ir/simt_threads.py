@@ -209,9 +209,10 @@ class _Lowering:
         """A sort along a spread axis: `sort_block` (the bitonic network in shared memory,
         `ir/sort_steps.py` says how), then `sort_part` for the values and the indices."""
         t = self.k.type_of(op.results[0])
-        attrs, words = sort_steps(self.lay, op.attr("axis"), self.k.name)
+        attrs, words = sort_steps(self.lay, op.attr("axis"), self.k.name, op.attr("keep"))
         self.smem = max(self.smem, words)
-        done = self.b.emit("sort_block", (self.value[op.args[0]],), self.type(t.axes, t.dtype),
+        done = self.b.emit("sort_block", tuple(self.value[a] for a in op.args),
+                           self.type(t.axes, t.dtype),
                            descending=op.attr("descending"), slot=0, **attrs)
         for i, r in enumerate(op.results):
             rt = self.k.type_of(r)

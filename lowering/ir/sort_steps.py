@@ -13,6 +13,16 @@ memory. The thread-level IR (`ir/simt_threads.py`) writes a tile op `sort` (attr
                 where bit k of i is clear, then a barrier; each thread reads its positions.
     sort_part   part `index` of the sorted state: 0 the values, 1 the indices.
 
+A topk's sort reads only its first k positions: `sort_block` then has `chunk`, the power
+of two at or above k (below `width`), and runs fewer steps. The stages k = 2, ..., chunk
+sort every run of `chunk` positions the same way (the last stage's direction is not
+alternated); then each round halves the runs that count: with span s = 2 chunk, 4 chunk,
+..., width, the run at c s (sorted) and the run at c s + s/2 (sorted) give position
+c s + i the better of the pair (c s + i, c s + s/2 + chunk - 1 - i), a bitonic run that
+holds the best `chunk` of both, which the passes j = chunk/2, ..., 1 sort (each pair
+(i, i ^ j) in order, a barrier after each). Positions 0..chunk-1 end sorted; the rest
+hold leftovers, never read. About width log(chunk) compares instead of width log^2(width).
+
 The order is total (no two (key, index) pairs are equal), so any correct network gives
 the one result: the stable sort. `precedes(a, b)`: a sentinel (index >= extent) follows
 every element and sentinels go by index; NaN follows every number ascending and precedes
@@ -41,9 +51,11 @@ def network_width(layout: Layout, axis: str) -> int:
     return 1 << max(held - 1, 0).bit_length()
 
 
-def sort_steps(layout: Layout, axis: str, kernel: str) -> tuple[dict, int]:
+def sort_steps(layout: Layout, axis: str, kernel: str,
+               keep: int | None = None) -> tuple[dict, int]:
     """(the attributes of `sort_block` but its slot, shared words it needs): one word
-    for each key and one for each index of the network."""
+    for each key and one for each index of the network. `keep` (a topk's k): only the
+    first k positions are read, so the network keeps the best `chunk` (see above)."""
     check_one_block_axis(layout, axis, kernel, f"sort over {axis}", "sort",
                          "a row is sorted by one block")
     m = layout.map_of(axis)
@@ -57,4 +69,6 @@ def sort_steps(layout: Layout, axis: str, kernel: str) -> tuple[dict, int]:
         raise PlaitError(f"kernel {kernel}: sort over {axis}: the block's threads hold "
                          f"{m.reps * m.threads * m.vector} positions, more than a network "
                          f"of {SORT_MAX_EXTENT} holds: give {axis} fewer threads")
-    return {"axis": axis, "width": width}, 2 * width
+    chunk = 1 << max(keep - 1, 0).bit_length() if keep is not None else width
+    return {"axis": axis, "width": width, **({"chunk": chunk} if chunk < width else {})}, \
+        2 * width

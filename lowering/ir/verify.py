@@ -112,7 +112,8 @@ class _Checker:
             self.reduce(op, args)
         if op.name == "store":
             buf = k.buffer(op.attr("buffer"))
-            extra = set(args[0].axes) - set(buf.axes)
+            axis, into = op.attr("along") or (None, None)   # a topk's: axis stored at into
+            extra = set(args[0].axes) - {axis if a == into else a for a in buf.axes}
             if extra:
                 self.fail(op, f"stores a value over {sorted(extra)} into {buf.name}"
                               f"[{','.join(buf.axes)}]")

@@ -134,8 +134,8 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         if kind == "scatter_add":
             gather.scatter_add(self, op, *args)
             return None
-        if kind == "store":
-            self._store(op, args[0])
+        if kind == "store":         # a topk's stores along the axis it read
+            (self._store_along if op.attr("along") else self._store)(op, args[0])
             return None
         if kind == "param":
             value = self.args[("scalar", op.attr("name"))]

@@ -139,8 +139,10 @@ class _Builder:
             if _scatter_of(n) is not None:
                 self._scatter(buf, _scatter_of(n))
                 continue
+            # a topk's k positions, held along the axis it read, go to [.., into]
+            along = (n.attr("axis"), n.attr("into")) if n.op == "topk" else None
             self.emit("store", (self.value[n.uid],), self.buffers[buf].axes,
-                      self.buffers[buf].dtype, buffer=buf)
+                      self.buffers[buf].dtype, buffer=buf, along=along)
         ordered = [b for b in self.used_buffers if self.buffers[b].role == "input"] + \
                   [b for b in self.used_buffers if self.buffers[b].role != "input"]
         return TileProgram(self.plan.name, self.plan.axes, self.plan.schedule.grid,
@@ -249,6 +251,8 @@ class _Builder:
             return self._state_part(n, args)
         if n.op == "sort":     # one part of a sorted row; the row is sorted once
             return self._sort_part(n, args)
+        if n.op == "topk":     # the best k of the row, over the row's axis (stored along)
+            return self._topk_part(n, args)
         if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
                              reverse=n.attr("reverse"), round=self._round_for(n))
@@ -326,6 +330,20 @@ class _Builder:
                                         register_dtype(n.inputs[0].dtype),
                                         axis=n.attr("axis"), descending=n.attr("descending"))
         return self.emit("sort_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
+                         index=n.attr("part"))
+
+    def _topk_part(self, n: Node, args) -> int:
+        """Part `part` of a topk: the tile op `sort` with `keep` (the first k positions
+        are read; its operands x and, in a split row's second kernel, the positions),
+        once per operands, axis, direction and k; the value is over x's axes."""
+        x = n.inputs[0]
+        key = ("topk", tuple(i.uid for i in n.inputs), n.attr("axis"), n.attr("descending"),
+               n.attr("k"))
+        if key not in self.scans:
+            self.scans[key] = self.emit("sort", args, x.axes, register_dtype(x.dtype),
+                                        axis=n.attr("axis"), descending=n.attr("descending"),
+                                        keep=n.attr("k"))
+        return self.emit("sort_part", (self.scans[key],), x.axes, register_dtype(n.dtype),
                          index=n.attr("part"))
 
 

@@ -1,13 +1,14 @@
 """sort and topk in the language: result types, errors with the user's line, and the
 float64 reference against torch.sort(stable=True) on CPU and np.argsort(kind="stable")
 (fresh random inputs with planted ties, NaN, +-inf and -0.0; fp32 and int32; outer and
-inner axes); the values' gradient against an analytic float64 reference."""
+inner axes); the values' gradient against an analytic float64 reference, and its
+printed source (autodiff.to_source) tracing back to the same graph."""
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")     # the reference (torch.sort, torch.topk)
 
-from plait.autodiff import grad
+from plait.autodiff import from_source, grad, to_source
 from plait.dsl import (DType, PlaitError, Tensor, algorithm, evaluate, sort, sum, topk)
 
 
@@ -165,3 +166,21 @@ def test_the_gradient_matches_finite_differences(rng):
         return float(np.dot(evaluate(weighted.graph(), {"x": z, "w": w})["out"], dout))
     numeric = (loss(x + eps * direction) - loss(x - eps * direction)) / (2 * eps)
     assert numeric == pytest.approx(float(np.sum(dx * direction)), rel=1e-6)
+
+
+def test_the_gradient_source_round_trips(rng):
+    @algorithm
+    def both_ways(x: Tensor["M", "N"], w: Tensor["M", "K"]):
+        values, _ = topk(x, 5, over="N", into="K")
+        low, _ = topk(x, 2, over="N", into="J", largest=False)
+        return sum(values * w, over="K") + sum(low, over="J")
+    bwd = grad(both_ways)
+    source = to_source(bwd)
+    assert 'topk(x, 2, over="N", into="J", largest=False)[1]' in source
+    again = from_source(source)
+    assert again.graph().text().splitlines()[1:] == bwd.graph().text().splitlines()[1:]
+    inputs = {"x": planted(rng, (3, 20)), "w": rng.standard_normal((3, 5)),
+              "dout": rng.standard_normal(3)}
+    a, b = evaluate(bwd.graph(), inputs), evaluate(again.graph(), inputs)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
