@@ -287,6 +287,10 @@ def _scan(f: Frame, op: Op, args: list, t):
     """An inclusive scan along its axis (the other way with `reverse`); positions past
     the end hold the identity, so they change no prefix. A generic scan's state (a
     program for a combine) is folded position by position; its parts are its results."""
+    if op.attr("carry") is not None:
+        raise PlaitError(f"kernel {f.kernel.name}: a scan split across blocks (its chunk's "
+                         "carry-in) is run by the thread-level executor only, not by the "
+                         "IR interpreter yet")
     if not isinstance(op.attr("combine"), str):
         return _state_scan(f, op, args)
     value = args[0]

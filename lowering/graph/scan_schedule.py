@@ -1,6 +1,6 @@
 """The default schedule of a kernel holding a scan: the block covers the scanned axis
 whole, with threads on it, so that one block walks each row of the scan (ir/scan_steps.py
-lowers it; a scan split across blocks is refused by `refuse_split_scans`).
+lowers it; a scan split across blocks is two kernels, graph/scan_split.py).
 
 - a scan over the innermost axis: the row-reduction block (threads along the row, each
   taking about 4 vectors), without a grid tile on the row;
@@ -58,11 +58,11 @@ def sort_default(axes: tuple[str, ...], axis: str, itemsize: int, sizes) -> Kern
                           block=((axis, AxisBlock(threads)),))
 
 
-def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
-    """A scan over an axis split across blocks would need the earlier blocks' totals, a
-    sort the other blocks' keys: refused by name, with the schedule's file and line. A
-    sort's axis longer than one block's network (SORT_MAX_EXTENT) is refused at its line."""
-    from plait.dsl.cumulative import is_scan
+def refuse_split_sorts(schedule, name: str, nodes, gridded: set[str], sizes) -> None:
+    """A sort over an axis split across blocks would need the other blocks' keys: refused
+    by name, with the schedule's file and line. A sort's axis longer than one block's
+    network (SORT_MAX_EXTENT) is refused at its line. (A split scan is two kernels:
+    graph/scan_split.py.)"""
     from plait.dsl.errors import PlaitError
     from plait.dsl.sort import SORT_MAX_EXTENT, is_sort
     for n in nodes:
@@ -71,10 +71,9 @@ def refuse_split_scans(schedule, name: str, nodes, gridded: set[str], sizes) -> 
             raise PlaitError(f"sort over {axis} of extent {sizes[axis]}: a row is sorted in "
                              f"one block, so the axis may hold at most {SORT_MAX_EXTENT} "
                              "elements", n.loc)
-        if (is_scan(n.op) or is_sort(n.op)) and n.attr("axis") in gridded:
+        if is_sort(n.op) and n.attr("axis") in gridded:
             axis = n.attr("axis")
-            what = "a sort" if is_sort(n.op) else "a scan"
             raise kernel_error(schedule, name, "grid", f"{n.op} over {axis} is split across "
-                               f"blocks (extent {sizes[axis]}); {what} is walked by one "
+                               f"blocks (extent {sizes[axis]}); a sort is walked by one "
                                f"block per row: give {axis} threads and no grid tile "
                                f"(block: {{{axis}: {{threads: ...}}}})")

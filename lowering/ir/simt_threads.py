@@ -199,7 +199,12 @@ class _Lowering:
         state = self.type(t.axes, t.dtype)
         local = self.b.emit("scan_local", tuple(self.value[a] for a in op.args), state,
                             **base)
-        done = self.b.emit("scan_block", (local,), state, **base, **block)
+        carried = (local,)
+        if op.attr("carry") is not None:      # a chunk of a split scan: its carry-in first
+            axes = tuple(a for a in t.axes if a != base["axis"])
+            carried += (self.b.emit("scan_carry", (), self.type(axes, t.dtype), **base,
+                                    carry=op.attr("carry"), chunks=op.attr("chunks")),)
+        done = self.b.emit("scan_block", carried, state, **base, **block)
         for i, r in enumerate(op.results):
             rt = self.k.type_of(r)
             self.value[r] = self.b.emit("scan_part", (done,), self.type(rt.axes, rt.dtype),

@@ -250,8 +250,11 @@ class _Builder:
         if n.op == "sort":     # one part of a sorted row; the row is sorted once
             return self._sort_part(n, args)
         if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
+            for buf in n.attr("carry") or ():    # the chunks' totals a split scan reads
+                self.use_buffer(buf)
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
-                             reverse=n.attr("reverse"), round=self._round_for(n))
+                             reverse=n.attr("reverse"), round=self._round_for(n),
+                             carry=n.attr("carry"), chunks=n.attr("chunks"))
         if n.op == "cast":
             src = n.inputs[0].dtype
             if not n.dtype.is_float or not src.is_float:

@@ -231,7 +231,7 @@ def test_selective_scan_example(rng):
 
 
 def test_a_split_scan_is_refused_by_name(tmp_path):
-    with pytest.raises(PlaitError, match=r"cumsum over N is split across blocks"):
+    with pytest.raises(PlaitError, match=r"cumprod over N is split across blocks"):
         lower(rows.graph(), Schedule.from_dict({
             "algorithm": "rows", "grid": {"M": 1, "N": 1024},
             "block": {"N": {"threads": 256, "vector": 4}}}), {"M": 3, "N": 3001}, True,
