@@ -170,4 +170,4 @@ def scan_block(m, op, local, step, np_types, carry_in=None):
             idx[rdim] = slice(r, r + 1)
             o[tuple(idx)] = np.broadcast_to(d, o[tuple(idx)].shape)
         carry = block_total if carry is None else fn(carry, block_total)
-    return tuple(out)
+    return carry if op.attr("total") else tuple(out)

@@ -97,7 +97,7 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
         if n.uid in masks or n.op == "scatter_add":
             continue
         used.update(a for a in n.axes if a != n.attr("partial"))
-        if n.op in REDUCE_OPS:
+        if n.op in REDUCE_OPS or n.attr("partial") is not None:   # a chunk total's scan
             used.add(n.attr("axis"))
     return tuple(a for a in order if a in used)
 

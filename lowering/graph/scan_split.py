@@ -11,9 +11,12 @@ what the chunks before it hold comes from a first kernel:
              of the chunks before its own (after it, for a reverse scan) folded in scan
              order in the kernel's prologue (`carry` on the scan node; ir/scan_steps.py)
 
-Both kernels run under the one schedule of `f`, so that their chunks agree. Refused by
-name: cumprod and the generic scan (no reduction folds their chunks yet), a scan of a
-split scan, and a kernel that also splits a reduction across blocks.
+cumprod and the generic scan `scan(combine, ...)` (a linear recurrence: not commutative)
+have no reduction to fold a chunk: their first kernel scans each chunk and writes its
+last running state (the scan node with `partial`; ir/scan_steps.py), one temporary per
+part of the state. Both kernels run under the one schedule of `f`, so that their chunks
+agree. Refused by name: a bool scan, a scan of a split scan, and a kernel that also
+splits a reduction across blocks.
 """
 from __future__ import annotations
 
@@ -43,11 +46,6 @@ def check_splittable(schedule, name: str, scans: list[Node], cross: list[Node]) 
     """Refuse, by name, the split scans no two-kernel form is lowered for."""
     for s in scans:
         axis = s.attr("axis")
-        if s.op not in CHUNK_TOTAL:
-            raise kernel_error(schedule, name, "grid", f"{s.op} over {axis} is split across "
-                               f"blocks, and only cumsum, cummax and cummin fold their "
-                               f"chunks into totals yet: give {axis} threads and no grid "
-                               f"tile (block: {{{axis}: {{threads: ...}}}})")
         if s.dtype == DType.BOOL:
             raise kernel_error(schedule, name, "grid", f"{s.op} of bool over {axis} is split "
                                "across blocks; cast it to int32 first or keep "
@@ -63,6 +61,33 @@ def check_splittable(schedule, name: str, scans: list[Node], cross: list[Node]) 
                            "kernel; keep one of the axes in one block")
 
 
+def _state_key(s: Node) -> tuple:
+    """What one state's chunk totals depend on: scans with one key share them."""
+    combine = tuple(r.uid for r in s.attr("combine") or ())
+    fold = CHUNK_TOTAL.get(s.op, s.op)
+    reverse = bool(s.attr("reverse")) if fold == s.op else False   # a sum is a sum
+    return (fold, tuple(i.uid for i in s.inputs), s.attr("axis"), combine, reverse)
+
+
+def _chunk_totals(s: Node, part: str) -> list[Node]:
+    """The nodes that fold each chunk of scan `s` to its total, one per part of its state
+    (every part: the combine needs them all): a reduction where one folds the scan's
+    combine, else the scan itself with `partial` (its block's last running state)."""
+    def held(d: DType) -> DType:
+        return DType.FP32 if d.is_float else d       # as the registers hold it
+    axes = chunk_axes(s, part)
+    if s.op in CHUNK_TOTAL:
+        return [Node(CHUNK_TOTAL[s.op], s.inputs, axes, held(s.dtype),
+                     make_attrs(axis=s.attr("axis"), partial=part), s.loc)]
+    if s.op != "scan":                   # cumprod: no product reduction; its scan's total
+        return [Node(s.op, s.inputs, axes, held(s.dtype), s.attrs + (("partial", part),),
+                     s.loc)]
+    parts = len(s.attr("combine"))
+    return [Node("scan", s.inputs, axes, held(s.attr("args")[i].dtype),
+                 tuple((k, i if k == "part" else v) for k, v in s.attrs) +
+                 (("partial", part),), s.loc) for i in range(parts)]
+
+
 def plan_split_scans(planner, name: str, outputs: dict, scans: list[Node], axes, ks,
                      tiles: dict[str, int], substitute) -> dict:
     """Add kernel `name` writing the chunks' totals (temporaries, derived chunk axes) to
@@ -70,7 +95,8 @@ def plan_split_scans(planner, name: str, outputs: dict, scans: list[Node], axes,
     totals: dict[str, Node] = {}
     replacement: dict[int, Node] = {}
     chunks: dict[str, str] = {}
-    for i, s in enumerate(scans):
+    carries: dict[tuple, tuple[str, ...]] = {}
+    for s in scans:
         axis = s.attr("axis")
         if axis not in chunks:
             chunks[axis] = f"{axis}_chunks{len(planner.derived)}"
@@ -78,13 +104,16 @@ def plan_split_scans(planner, name: str, outputs: dict, scans: list[Node], axes,
             planner.sizes[chunks[axis]] = -(-planner.sizes[axis] // tiles[axis])
             planner.axis_order = (chunks[axis],) + planner.axis_order
         part = chunks[axis]
-        held = DType.FP32 if s.dtype.is_float else s.dtype     # as the registers hold it
-        buf = f"{name}.partial{i}"
-        totals[buf] = Node(CHUNK_TOTAL[s.op], s.inputs, chunk_axes(s, part), held,
-                           make_attrs(axis=axis, partial=part), s.loc)
-        planner.temps.append(Buffer(buf, held, chunk_axes(s, part), "temp"))
+        key = _state_key(s)
+        if key not in carries:
+            bufs = []
+            for total in _chunk_totals(s, part):
+                buf = f"{name}.partial{len(totals)}"
+                totals[buf] = total
+                planner.temps.append(Buffer(buf, total.dtype, total.axes, "temp"))
+                bufs.append(buf)
+            carries[key] = tuple(bufs)
         replacement[s.uid] = Node(s.op, s.inputs, s.axes, s.dtype,
-                                  s.attrs + (("carry", (buf,)), ("chunks", part)), s.loc)
+                                  s.attrs + (("carry", carries[key]), ("chunks", part)), s.loc)
     planner.kernels.append(KernelPlan(name, tuple(totals.items()), axes, ks))
     return substitute(outputs, replacement)
-

@@ -18,7 +18,9 @@ becomes thread-level ops over a tuple state, one fragment per part (one part for
                 the totals (`carry`: a buffer per part, over [`chunks`, other axes]) of
                 the chunks before this block's (after it, reversed), per element of the
                 thread's fragment without the scanned axis; scan_block's second argument,
-                where its running total starts.
+                where its running total starts. With `total` (a split scan's first
+                kernel, graph/scan_split.py) scan_block gives the running state after its
+                last repeat instead: the chunk's total, over the axes but the scanned one.
 
 Elements along an axis are ordered repeat, thread, vector lane (graph/layout.py), so a
 repeat is a contiguous chunk and carrying its total is exact. The scanned axis must be one
@@ -48,9 +50,10 @@ def scan_shape(layout: Layout, axis: str):
 
 def check_scan_axis(op: TileOp, layout: Layout, kernel: str) -> None:
     """Threads on the scanned axis, covering it whole, or a chunk of it (its grid tile)
-    when the scan starts from a carry-in (a split scan's second kernel)."""
+    in a split scan's kernels (one gives the chunk's total, one starts from a carry-in)."""
     axis = op.attr("axis")
-    if op.attr("carry") is not None and layout.map_of(axis) is not None and \
+    split = op.attr("carry") is not None or op.attr("total") is not None
+    if split and layout.map_of(axis) is not None and \
             (layout.loop is None or layout.loop.axis != axis):
         return
     check_one_block_axis(layout, axis, kernel, f"{op.op} over {axis}", "scan",

@@ -166,7 +166,8 @@ class ScanEmitter:
     def _scan_block(self, op, local, carry_in=None):
         b, axis, rev = self.b, op.attr("axis"), bool(op.attr("reverse"))
         m = self.lay.map_of(axis)
-        shape = self.frag_shape(op.axes)
+        # a chunk's total drops the scanned axis: the scan runs over scan_local's fragment
+        shape = local[0].shape if op.attr("total") else self.frag_shape(op.axes)
         local = tuple(np.broadcast_to(p, shape) for p in local)
         dtypes, ident = self._scan_parts(op)
         lane_bits = len(op.attr("lanes"))
@@ -232,6 +233,12 @@ class ScanEmitter:
                 for pos in g:
                     _put(out, pos, self._scan_combine(op, prefix, _get(local, pos)))
                 carry[k] = total if k not in carry else self._scan_combine(op, carry[k], total)
+        if op.attr("total"):          # the chunk's total, where the scanned axis is dropped
+            kept = tuple(np.empty(self.frag_shape(op.axes), dtype=object) for _ in dtypes)
+            for k, g in enumerate(groups_of(0)):
+                r, c, v = g[0]
+                _put(kept, (0, c, v) if row else (r, 0, 0), carry[k])
+            return kept
         return out
 
     def _scan_slots(self, op, dtypes, per_thread: int, groups: int):
