@@ -7,7 +7,10 @@ lowers it; a scan split across blocks is two kernels, graph/scan_split.py).
 - a scan over an outer axis S (Mamba's scan over L of [B, L, D]): S is the block's row
   axis, threads so that each holds about 16 of S's elements (at most 64: then fewer
   threads along the innermost axis), and 16 threads x 4 along the innermost axis (one
-  element wide where S is long; the whole of it when it is also scanned or reduced).
+  element wide where S is long; the whole of it when it is also scanned or reduced);
+- an outer scanned axis longer than SPLIT_FROM, where the kernel may split it (named or
+  generic scans, no bool, no reduction beside): chunks across blocks, two kernels
+  (`split_scan_default`).
 """
 from __future__ import annotations
 
@@ -15,16 +18,25 @@ from plait.schedule.default import default_kernel_schedule, next_pow2, vector_wi
 from plait.schedule.errors import kernel_error
 from plait.schedule.model import AxisBlock, KernelSchedule
 
+from ..limits import SMS
+
 ROW_ELEMENTS = 16      # elements of an outer scanned axis per thread, at first
 MAX_REPEATS = 64       # the layout's bound on a thread's repeats along an axis
 COL_THREADS = 16       # threads along the innermost axis beside an outer scan
+SPLIT_FROM = 512       # an outer scanned axis longer than this is split across blocks
+SPLIT_WARPS = 8        # warps of a split scan's block, down its chunk
+SPLIT_REPEATS = 32     # a split scan's elements per thread, at most
+BLOCKS_PER_SM = 4      # a split scan's chunks give at least this many blocks per SM
 
 
 def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
-                 itemsize: int, sizes) -> KernelSchedule:
+                 itemsize: int, sizes, splittable: bool = False) -> KernelSchedule:
     inner = axes[-1]
     outer = [a for a in axes[:-1] if a in scanned]
     sizes = sizes or {}
+    if splittable and len(outer) == 1 and inner not in scanned and not reduced and \
+            sizes.get(outer[0], 0) > SPLIT_FROM:
+        return split_scan_default(axes, outer[0], itemsize, sizes)
     if not outer:
         base = default_kernel_schedule(axes, set(reduced) | {inner}, itemsize, sizes)
         return KernelSchedule(grid=tuple((a, t) for a, t in base.grid if a != inner),
@@ -44,6 +56,39 @@ def scan_default(axes: tuple[str, ...], scanned: set[str], reduced: set[str],
         grid.append((inner, col * vec))
     return KernelSchedule(grid=tuple(grid), block=((row, AxisBlock(rows)),
                                                     (inner, AxisBlock(col, vec))))
+
+
+def may_split(nodes) -> bool:
+    """Whether the default may split the kernel's scans across blocks: no bool scan and
+    no scan of a scan (graph/scan_split.py refuses both split)."""
+    from plait.dsl.cumulative import is_scan
+    from plait.dsl.dtypes import DType
+    from plait.dsl.node import topo_order
+    scans = [n for n in nodes if is_scan(n.op)]
+    ids = {n.uid for n in scans}
+    return all(n.dtype != DType.BOOL and
+               not any(m.uid in ids for m in topo_order(list(n.inputs))) for n in scans)
+
+
+def split_scan_default(axes: tuple[str, ...], row: str, itemsize: int,
+                       sizes) -> KernelSchedule:
+    """A long outer scanned axis split into chunks across blocks (graph/scan_split.py):
+    a warp's lanes along the contiguous axis (128 bytes of a row per warp), SPLIT_WARPS
+    warps down the chunk, each thread SPLIT_REPEATS of its elements at most; chunks as
+    short as give 4 blocks per SM (fewer chunks: a shorter carry-in prologue)."""
+    inner = axes[-1]
+    vec = max(1, min(vector_width(itemsize), 128 // (32 * itemsize)))
+    col = min(32, next_pow2(-(-sizes.get(inner, 1024) // vec)))
+    rows = SPLIT_WARPS * 32 // col
+    columns = -(-sizes.get(inner, 1024) // (col * vec))
+    for a in axes[:-1]:
+        if a != row:
+            columns *= sizes.get(a, 1)
+    chunks = -(-BLOCKS_PER_SM * SMS // columns)
+    reps = min(SPLIT_REPEATS, next_pow2(-(-sizes[row] // (chunks * rows))))
+    grid = tuple((a, rows * reps if a == row else 1) for a in axes[:-1]) + \
+        ((inner, col * vec),)
+    return KernelSchedule(grid=grid, block=((row, AxisBlock(rows)), (inner, AxisBlock(col, vec))))
 
 
 def sort_default(axes: tuple[str, ...], axis: str, itemsize: int, sizes) -> KernelSchedule:
