@@ -25,7 +25,7 @@ MAX_REPEATS = 64       # the layout's bound on a thread's repeats along an axis
 COL_THREADS = 16       # threads along the innermost axis beside an outer scan
 SPLIT_FROM = 512       # an outer scanned axis longer than this is split across blocks
 SPLIT_WARPS = 8        # warps of a split scan's block, down its chunk
-SPLIT_REPEATS = 32     # a split scan's elements per thread, at most
+SPLIT_REPEATS = 16     # a split scan's elements per thread, at most (registers)
 BLOCKS_PER_SM = 4      # a split scan's chunks give at least this many blocks per SM
 
 

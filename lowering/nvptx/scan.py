@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import ops as L
-from .ptx_memory import asm_load_words as _load_words, unpack_words as _unpack_words
+from .scan_carry import scan_carry
 from ..ir.thread_rules import smem_words
 
 
@@ -36,7 +36,7 @@ class ScanEmitter:
         if op.op == "scan_part":
             return self._rounded(op, args[0][op.attr("index")])   # a fragment per part
         if op.op == "scan_carry":
-            return self._scan_carry(op)
+            return scan_carry(self, op)
         return self._scan_block(op, args[0], *args[1:])
 
     def _scan_parts(self, op):
@@ -109,59 +109,6 @@ class ScanEmitter:
         if x.type == L.I1:
             return b.trunc(shfl(b.zext(x, L.I32)), L.I1)
         return shfl(x)
-
-    def _scan_carry(self, op):
-        """A split scan's carry-in: a loop over the chunks before this block's (after it,
-        reversed), each step loading every part's total at each fragment position and
-        folding it in. Indices and masks are made before the loop, so that the values the
-        emitter keeps for later ops are defined where every later op sees them."""
-        b, rev, part = self.b, bool(op.attr("reverse")), op.attr("chunks")
-        shape = self.frag_shape(op.axes)
-        dtypes, ident = self._scan_parts(op)
-        bufs = [self.prog.buffer(name) for name in op.attr("carry")]
-        others = tuple(a for a in bufs[0].axes if a != part)
-        positions = list(np.ndindex(shape))
-        masks = {idx: self.in_bounds(others, *idx) for idx in positions}
-        for idx in positions:
-            for a in others:
-                self.index(a, *idx)
-        mine = self.block_index[op.attr("axis")]
-        first = b.sub(self.size(part), L.i32(1)) if rev else L.i32(0)
-        entry = b.block
-        head = b.append_basic_block("scan_carry_head")
-        body = b.append_basic_block("scan_carry_body")
-        done = b.append_basic_block("scan_carry_done")
-        b.branch(head)
-        b.position_at_end(head)
-        chunk = b.phi(L.I32)
-        chunk.add_incoming(first, entry)
-        acc = {}
-        for idx in positions:
-            acc[idx] = tuple(b.phi(L.REGISTER[d]) for d in dtypes)
-            for phi, i in zip(acc[idx], ident):
-                phi.add_incoming(i, entry)
-        b.cbranch(b.icmp_unsigned(">" if rev else "<", chunk, mine), body, done)
-        b.position_at_end(body)
-        folded = {}
-        for idx in positions:
-            totals = []
-            for buf in bufs:
-                regs = _load_words(b, self.address(buf, *idx, at={part: chunk}), masks[idx],
-                                   1, buf.dtype)
-                word = _unpack_words(b, regs, 1, buf.dtype)[0]
-                totals.append(L.decode(b, word, buf.dtype) if buf.dtype.is_float else word)
-            folded[idx] = self._scan_combine(op, acc[idx], tuple(totals))
-        step = b.sub(chunk, L.i32(1)) if rev else b.add(chunk, L.i32(1))
-        chunk.add_incoming(step, b.block)
-        for idx in positions:
-            for phi, value in zip(acc[idx], folded[idx]):
-                phi.add_incoming(value, b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        out = tuple(np.empty(shape, dtype=object) for _ in dtypes)
-        for idx in positions:
-            _put(out, idx, acc[idx])
-        return out
 
     def _scan_block(self, op, local, carry_in=None):
         b, axis, rev = self.b, op.attr("axis"), bool(op.attr("reverse"))
