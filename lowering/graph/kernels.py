@@ -220,7 +220,7 @@ class _Planner:
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
         scans = split_scans(nodes, gridded)
         if scans:       # chunk totals, then the chunks scanned again from their carry-in
-            check_splittable(self.schedule, name, scans, cross)
+            check_splittable(self.schedule, name, scans, cross, stage(name, THEN))
             then = plan_split_scans(self, name, outputs, scans, axes, ks,
                                     effective_grid(axes, ks), _substitute)
             self.plan(stage(name, THEN), then, ks)

@@ -42,8 +42,13 @@ def chunk_axes(scan: Node, part: str) -> tuple[str, ...]:
     return tuple(part if a == scan.attr("axis") else a for a in scan.axes)
 
 
-def check_splittable(schedule, name: str, scans: list[Node], cross: list[Node]) -> None:
-    """Refuse, by name, the split scans no two-kernel form is lowered for."""
+def check_splittable(schedule, name: str, scans: list[Node], cross: list[Node],
+                     then: str) -> None:
+    """Refuse, by name, the split scans no two-kernel form is lowered for, and a schedule
+    entry for the second kernel `then` (it runs the first's chunks: the first's entry)."""
+    if schedule is not None and schedule.has_entry(then):
+        raise kernel_error(schedule, then, "grid", f"kernel {then} scans the chunks kernel "
+                           f"{name} totals, under {name}'s schedule; schedule {name} instead")
     for s in scans:
         axis = s.attr("axis")
         if s.dtype == DType.BOOL:

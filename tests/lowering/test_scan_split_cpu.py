@@ -273,6 +273,9 @@ def test_what_is_still_refused_by_name():
         with pytest.raises(PlaitError, match=match):
             lower(algo.graph(), Schedule.from_dict(split(algo.name, 3000, 256, 8)),
                   {"N": 3000, "M": 37}, True, "sm_90a")
+    with pytest.raises(PlaitError, match="under cols's schedule; schedule cols instead"):
+        lower(cols.graph(), Schedule.from_dict({**split("cols", 3000, 256, 8), "kernels": {
+            "then": {"grid": {"N": 512}}}}), {"N": 3000, "M": 37}, True, "sm_90a")
     # the default keeps what cannot split in one block
     assert len(kernels(flags, {"N": 3000, "M": 37}).kernels) == 1
     assert len(kernels(twice, {"N": 3000, "M": 37}).kernels) == 1
