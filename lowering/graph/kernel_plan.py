@@ -115,7 +115,7 @@ def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
         default = sort_default(axes, min(sorted_axes, key=axes.index), itemsize, sizes)
     elif scanned:
         default = scan_default(axes, scanned, reduced, itemsize, sizes,
-                               splittable=not sorted_axes and may_split(nodes))
+                               splittable=may_split(nodes))
     else:
         default = default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:
