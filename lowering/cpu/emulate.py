@@ -233,8 +233,10 @@ def _step(m: _Machine, op, args, arrays, scalars):
         return _pair_step(m, op, args)
     if kind == "scan_local":
         return scan.scan_local(m, op, args, _step, _NP)
+    if kind == "scan_carry":
+        return scan.scan_carry(m, op, arrays, _step, _NP)
     if kind == "scan_block":
-        return scan.scan_block(m, op, args[0], _step, _NP)
+        return scan.scan_block(m, op, args[0], _step, _NP, *args[1:])
     if kind == "sort_block":
         return sort.sort_block(m, op, *args)
     if kind == "sort_part":

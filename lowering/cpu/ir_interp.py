@@ -24,13 +24,10 @@ import numpy as np
 from plait.dsl.dtypes import round_to
 from plait.dsl.errors import PlaitError
 
-from . import mathfns
+from . import ir_scan, mathfns
 from .emulate import _NP
 from .gather import add_at
-from .scan import Combine
 from .sort import sort_frame
-from .scan import combine_fn as scan_combine
-from .scan import scan_identity
 from .emulate import _step as elementwise_step
 from .stream_emulate import _dot
 from ..ir.layouts import Shared, coords, spread_axes
@@ -144,7 +141,7 @@ def _op(f: Frame, op: Op, args: list):
     if kind == "reduce":
         return _reduce(f, op, args[0], t)
     if kind == "scan":
-        return _scan(f, op, args, t)
+        return ir_scan.scan(f, op, args, t)
     if kind == "sort":
         return sort_frame(f, op, args)
     if kind == "iota":
@@ -282,43 +279,6 @@ def _reduce(f: Frame, op: Op, value: np.ndarray, t) -> np.ndarray:
         out = fn.reduce(split, axis=d + 1)   # the partial index stands where `axis` was
         out = np.swapaxes(out, d, f.dim(partial))   # and moves to `partial` (size 1 there)
     return _rounded(out.astype(dtype), op)
-
-
-def _scan(f: Frame, op: Op, args: list, t):
-    """An inclusive scan along its axis (the other way with `reverse`); positions past
-    the end hold the identity, so they change no prefix. A generic scan's state (a
-    program for a combine) is folded position by position; its parts are its results."""
-    if not isinstance(op.attr("combine"), str):
-        return _state_scan(f, op, args)
-    value = args[0]
-    kind, d = op.attr("combine"), f.dim(op.attr("axis"))
-    dtype = _NP[t.dtype]
-    inside = f.inside((op.attr("axis"),))
-    value = np.broadcast_to(value, np.broadcast_shapes(value.shape, inside.shape))
-    value = np.where(inside, value, scan_identity(kind, dtype)).astype(dtype)
-    fn = scan_combine(kind)
-    flip = bool(op.attr("reverse"))
-    value = np.flip(value, d) if flip else value
-    with np.errstate(all="ignore"):
-        out = fn.accumulate(value, axis=d, dtype=dtype)
-    return _rounded((np.flip(out, d) if flip else out).astype(dtype), op)
-
-
-def _state_scan(f: Frame, op: Op, args: list):
-    fn = Combine(op, elementwise_step, _NP)
-    d = f.dim(op.attr("axis"))
-    inside = f.inside((op.attr("axis"),))
-    shape = np.broadcast_shapes(inside.shape, *(a.shape for a in args))
-    state = [np.broadcast_to(a, shape).astype(t) for a, t in zip(args, fn.types)]
-    out = [np.empty(shape, t) for t in fn.types]
-    steps = range(shape[d])
-    acc = None
-    for i in (reversed(steps) if op.attr("reverse") else steps):
-        x = tuple(np.take(s, [i], axis=d) for s in state)
-        acc = x if acc is None else fn(acc, x)
-        for o, a in zip(out, acc):
-            o[(slice(None),) * d + (slice(i, i + 1),)] = a
-    return tuple(out) if len(out) > 1 else out[0]
 
 
 def _pair_reduce(f: Frame, op: Op, args: list) -> tuple:

@@ -102,8 +102,27 @@ def scan_local(m, op, values, step, np_types):
     return tuple(out)
 
 
-def scan_block(m, op, local, step, np_types):
-    """The block-wide inclusive scan of the state `local` along the axis (module doc)."""
+def scan_carry(m, op, arrays, step, np_types):
+    """A split scan's carry-in: the totals of the chunks before this block's (after it,
+    reversed), read from the `carry` buffers and folded in scan order."""
+    fn = Combine(op, step, np_types)
+    rev, part = bool(op.attr("reverse")), op.attr("chunks")
+    mine = m.block_index[op.attr("axis")]
+    acc = fn.identity
+    for c in (reversed(range(m.sizes[part])) if rev else range(m.sizes[part])):
+        total = []
+        for name, t in zip(op.attr("carry"), fn.types):
+            axes = m.prog.buffer(name).axes
+            inside = m.in_bounds(tuple(a for a in axes if a != part))
+            index = tuple(c if a == part else np.where(inside, m.index(a), 0) for a in axes)
+            total.append(np.asarray(arrays[name][index]).astype(t))
+        acc = _where((c > mine) if rev else (c < mine), fn(acc, tuple(total)), acc)
+    return acc
+
+
+def scan_block(m, op, local, step, np_types, carry_in=None):
+    """The block-wide inclusive scan of the state `local` along the axis (module doc),
+    its running total starting from `carry_in` where a split scan's chunk has one."""
     fn = Combine(op, step, np_types)
     rev = bool(op.attr("reverse"))
     amap, tdim, rdim, vdim = _dims(m, op)
@@ -116,7 +135,7 @@ def scan_block(m, op, local, step, np_types):
     shape = [1] * local[0].ndim
     shape[tdim] = threads
     out = [np.empty_like(s) for s in local]
-    carry = None
+    carry = carry_in
     for r in (reversed(range(reps)) if rev else range(reps)):
         chunk = _take(local, rdim, [r])
         last = (0 if rev else chunk[0].shape[vdim] - 1) if vdim is not None else None
@@ -151,4 +170,4 @@ def scan_block(m, op, local, step, np_types):
             idx[rdim] = slice(r, r + 1)
             o[tuple(idx)] = np.broadcast_to(d, o[tuple(idx)].shape)
         carry = block_total if carry is None else fn(carry, block_total)
-    return tuple(out)
+    return carry if op.attr("total") else tuple(out)

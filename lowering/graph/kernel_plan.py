@@ -16,7 +16,7 @@ from plait.schedule.kernel_names import kernel_name
 from plait.schedule.model import KernelSchedule, Schedule
 
 from ..artifact import Buffer
-from .scan_schedule import scan_default, sort_default
+from .scan_schedule import may_split, scan_default, sort_default
 from .streaming import Stream
 from .streaming_sums import StreamedSums
 
@@ -101,7 +101,7 @@ def iteration_axes(nodes: list[Node], order: tuple[str, ...]) -> tuple[str, ...]
             used.add(n.attr("axis"))
             continue
         used.update(a for a in n.axes if a != n.attr("partial"))
-        if n.op in REDUCE_OPS:
+        if n.op in REDUCE_OPS or n.attr("partial") is not None:   # a chunk total's scan
             used.add(n.attr("axis"))
     return tuple(a for a in order if a in used)
 
@@ -118,7 +118,8 @@ def schedule_for(name: str, schedule: Schedule | None, axes, nodes, sizes,
     if sorted_axes:             # one row per block (ir/sort_steps.py refuses more)
         default = sort_default(axes, min(sorted_axes, key=axes.index), itemsize, sizes)
     elif scanned:
-        default = scan_default(axes, scanned, reduced, itemsize, sizes)
+        default = scan_default(axes, scanned, reduced, itemsize, sizes,
+                               splittable=may_split(nodes))
     else:
         default = default_kernel_schedule(axes, reduced, itemsize, sizes)
     # argmax's partials would be (value, index) pairs, which no finish kernel reads yet:

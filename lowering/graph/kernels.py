@@ -34,7 +34,8 @@ from .policy import ResolvedPolicy
 from .invariant_staging import stage_invariant_reductions
 from .rotary_staging import stage_rotations
 from .scatter_staging import stage_scatters
-from .scan_schedule import refuse_split_scans
+from .scan_schedule import refuse_split_sorts
+from .scan_split import check_splittable, plan_split_scans, split_scans
 from .topk_staging import plan_groups, stage_topk
 from plait.dsl.sort import walks_rows
 from .stream_staging import stage_sums
@@ -218,8 +219,15 @@ class _Planner:
                                               self._itemsize(nodes), self.threads_per_sm)
         ks = _resolve_waves(name, ks, axes, self.sizes, self.multiprocessors, self.schedule)
         gridded = {a for a, tile in effective_grid(axes, ks).items() if tile < self.sizes[a]}
-        refuse_split_scans(self.schedule, name, nodes, gridded, self.sizes)
+        refuse_split_sorts(self.schedule, name, nodes, gridded, self.sizes)
         cross = [n for n in nodes if n.op in REDUCE_OPS and n.attr("axis") in gridded]
+        scans = split_scans(nodes, gridded)
+        if scans:       # chunk totals, then the chunks scanned again from their carry-in
+            check_splittable(self.schedule, name, scans, cross, stage(name, THEN))
+            then = plan_split_scans(self, name, outputs, scans, axes, ks,
+                                    effective_grid(axes, ks), _substitute)
+            self.plan(stage(name, THEN), then, ks)
+            return
         if not cross:
             self.kernels.append(KernelPlan(name, tuple(outputs.items()), axes, ks))
             return

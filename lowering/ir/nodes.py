@@ -119,7 +119,8 @@ STRUCTURAL = {
     # a SIMT kernel's thread-level steps (`simt_threads.py`)
     "accumulate": (2, 1), "reduce_local": (1, 1), "reduce_shfl": (1, 1),
     "barrier": (None, None), "smem_put": (2, 1), "smem_fold": (1, 1), "reduce_done": (1, 1),
-    "scan_local": (None, 1), "scan_block": (1, 1), "scan_part": (1, 1),
+    "scan_local": (None, 1), "scan_block": (None, 1), "scan_part": (1, 1),
+    "scan_carry": (0, 1),
     "sort_block": (None, 1), "sort_part": (1, 1),
 }
 

@@ -14,11 +14,18 @@ becomes thread-level ops over a tuple state, one fragment per part (one part for
                 then each element combined with the prefix of the earlier threads,
                 warps and repeats; the running total is carried from repeat to repeat.
     scan_part   one part of the state (`index`), rounded as the policy says.
+    scan_carry  a split scan's chunk (graph/scan_split.py): the fold, in scan order, of
+                the totals (`carry`: a buffer per part, over [`chunks`, other axes]) of
+                the chunks before this block's (after it, reversed), per element of the
+                thread's fragment without the scanned axis; scan_block's second argument,
+                where its running total starts. With `total` (a split scan's first
+                kernel, graph/scan_split.py) scan_block gives the running state after its
+                last repeat instead: the chunk's total, over the axes but the scanned one.
 
 Elements along an axis are ordered repeat, thread, vector lane (graph/layout.py), so a
 repeat is a contiguous chunk and carrying its total is exact. The scanned axis must be one
-the block spreads threads over and covers whole: a scan split across blocks, or over the
-axis a block walks index by index, is refused by name. `cpu/scan.py` executes these ops
+the block spreads threads over and covers whole, or a chunk of it with a carry-in; a scan
+over the axis a block walks index by index is refused by name. `cpu/scan.py` executes these ops
 and `nvptx/scan.py` emits them.
 """
 from __future__ import annotations
@@ -31,7 +38,7 @@ from ..tileir.scan_combine import named_program, scan_identity_value
 from ..tileir.tile import TileOp
 from .thread_rules import check_one_block_axis, smem_words, thread_bits
 
-SCAN_STEPS = ("scan_local", "scan_block", "scan_part")      # the thread ops of a scan
+SCAN_STEPS = ("scan_local", "scan_carry", "scan_block", "scan_part")      # the thread ops of a scan
 
 
 def scan_shape(layout: Layout, axis: str):
@@ -42,7 +49,13 @@ def scan_shape(layout: Layout, axis: str):
 
 
 def check_scan_axis(op: TileOp, layout: Layout, kernel: str) -> None:
+    """Threads on the scanned axis, covering it whole, or a chunk of it (its grid tile)
+    in a split scan's kernels (one gives the chunk's total, one starts from a carry-in)."""
     axis = op.attr("axis")
+    split = op.attr("carry") is not None or op.attr("total") is not None
+    if split and layout.map_of(axis) is not None and \
+            (layout.loop is None or layout.loop.axis != axis):
+        return
     check_one_block_axis(layout, axis, kernel, f"{op.op} over {axis}", "scan",
                          "a scan is walked by one block per row")
 

@@ -188,21 +188,35 @@ class _Lowering:
     def scan(self, op: Op) -> None:
         """A scan along a spread axis: `scan_local` in each thread's fragment, then
         `scan_block` over lanes, warps and repeats (`scan_steps.py` says how), and
-        `scan_part` reading each part of its state off it (a named scan's is rounded)."""
+        `scan_part` reading each part of its state off it (a named scan's is rounded).
+        A split scan's chunk starts from its `scan_carry`; with `total` (its first
+        kernel) the block's last running state is the result, over the chunk axis."""
         named = isinstance(op.attr("combine"), str)
         t = self.k.type_of(op.results[0])
+        axis, total = op.attr("axis"), op.attr("total")
+        axes = tuple(axis if a == total else a for a in t.axes)    # the scanned fragment
         attrs = tuple((key, v) for key, v in op.attrs if not (named and key == "combine"))
-        tile_op = TileOp(-1, op.attr("combine") if named else "scan", (), t.axes, t.dtype,
+        tile_op = TileOp(-1, op.attr("combine") if named else "scan", (), axes, t.dtype,
                          attrs)
         base, block, words = scan_steps(tile_op, self.lay, self.k.name)
         self.smem = max(self.smem, words)
-        state = self.type(t.axes, t.dtype)
+        state = self.type(axes, t.dtype)
         local = self.b.emit("scan_local", tuple(self.value[a] for a in op.args), state,
                             **base)
-        done = self.b.emit("scan_block", (local,), state, **base, **block)
+        carried = (local,)
+        others = tuple(a for a in axes if a != axis)
+        if op.attr("carry") is not None:      # a chunk of a split scan: its carry-in first
+            carried += (self.b.emit("scan_carry", (), self.type(others, t.dtype), **base,
+                                    carry=op.attr("carry"), chunks=op.attr("chunks")),)
+        if total is not None:
+            done = self.b.emit("scan_block", carried, self.type(others, t.dtype), **base,
+                               **block, total=True)
+        else:
+            done = self.b.emit("scan_block", carried, state, **base, **block)
         for i, r in enumerate(op.results):
             rt = self.k.type_of(r)
-            self.value[r] = self.b.emit("scan_part", (done,), self.type(rt.axes, rt.dtype),
+            kept = tuple(a for a in rt.axes if a != total)
+            self.value[r] = self.b.emit("scan_part", (done,), self.type(kept, rt.dtype),
                                         index=i, round=op.attr("round") if named else None)
 
     def sort(self, op: Op) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import ops as L
+from .scan_carry import scan_carry
 from ..ir.thread_rules import smem_words
 
 
@@ -34,7 +35,9 @@ class ScanEmitter:
             return self._scan_local(op, args)
         if op.op == "scan_part":
             return self._rounded(op, args[0][op.attr("index")])   # a fragment per part
-        return self._scan_block(op, args[0])
+        if op.op == "scan_carry":
+            return scan_carry(self, op)
+        return self._scan_block(op, args[0], *args[1:])
 
     def _scan_parts(self, op):
         """(register dtypes, identities as LLVM constants) of the state's parts."""
@@ -107,10 +110,11 @@ class ScanEmitter:
             return b.trunc(shfl(b.zext(x, L.I32)), L.I1)
         return shfl(x)
 
-    def _scan_block(self, op, local):
+    def _scan_block(self, op, local, carry_in=None):
         b, axis, rev = self.b, op.attr("axis"), bool(op.attr("reverse"))
         m = self.lay.map_of(axis)
-        shape = self.frag_shape(op.axes)
+        # a chunk's total drops the scanned axis: the scan runs over scan_local's fragment
+        shape = local[0].shape if op.attr("total") else self.frag_shape(op.axes)
         local = tuple(np.broadcast_to(p, shape) for p in local)
         dtypes, ident = self._scan_parts(op)
         lane_bits = len(op.attr("lanes"))
@@ -131,6 +135,9 @@ class ScanEmitter:
         slots = self._scan_slots(op, dtypes, per_thread, len(groups_of(0)))
         out = tuple(np.empty(shape, dtype=object) for _ in dtypes)
         carry: dict = {}
+        if carry_in is not None:      # a split scan's chunk starts from the chunks before
+            carry_in = tuple(np.broadcast_to(p, shape) for p in carry_in)
+            carry = {k: _get(carry_in, g[0]) for k, g in enumerate(groups_of(0))}
         for r in (reversed(range(reps)) if rev else range(reps)):
             groups = groups_of(r)
             inclusive = []
@@ -173,6 +180,12 @@ class ScanEmitter:
                 for pos in g:
                     _put(out, pos, self._scan_combine(op, prefix, _get(local, pos)))
                 carry[k] = total if k not in carry else self._scan_combine(op, carry[k], total)
+        if op.attr("total"):          # the chunk's total, where the scanned axis is dropped
+            kept = tuple(np.empty(self.frag_shape(op.axes), dtype=object) for _ in dtypes)
+            for k, g in enumerate(groups_of(0)):
+                r, c, v = g[0]
+                _put(kept, (0, c, v) if row else (r, 0, 0), carry[k])
+            return kept
         return out
 
     def _scan_slots(self, op, dtypes, per_thread: int, groups: int):

@@ -254,8 +254,12 @@ class _Builder:
         if n.op == "topk":     # the best k of the row, over the row's axis (stored along)
             return self._topk_part(n, args)
         if is_scan(n.op):      # accumulates in the register dtype, rounds once at the end
+            for buf in n.attr("carry") or ():    # the chunks' totals a split scan reads
+                self.use_buffer(buf)
             return self.emit(n.op, args, n.axes, reg, axis=n.attr("axis"),
-                             reverse=n.attr("reverse"), round=self._round_for(n))
+                             reverse=n.attr("reverse"), round=self._round_for(n),
+                             carry=n.attr("carry"), chunks=n.attr("chunks"),
+                             total=n.attr("partial"))
         if n.op == "cast":
             src = n.inputs[0].dtype
             if not n.dtype.is_float or not src.is_float:
@@ -310,13 +314,17 @@ class _Builder:
         """Part `part` of a generic scan: the scan op once per state (its parts share
         inputs, combine, axis and direction), then the part read off it."""
         key = (tuple(i.uid for i in n.inputs), tuple(r.uid for r in n.attr("combine")),
-               n.attr("axis"), n.attr("reverse"))
+               n.attr("axis"), n.attr("reverse"), n.attr("partial"))
         if key not in self.scans:
             program, results = combine_program(n.attr("args"), n.attr("combine"))
             dtypes = tuple(register_dtype(a.dtype) for a in n.attr("args")[:len(n.inputs)])
+            for buf in n.attr("carry") or ():    # the chunks' totals a split scan reads
+                self.use_buffer(buf)
             self.scans[key] = self.emit("scan", args, n.axes, dtypes[0], axis=n.attr("axis"),
                                         reverse=n.attr("reverse"), combine=program,
-                                        results=results, init=n.attr("init"), dtypes=dtypes)
+                                        results=results, init=n.attr("init"), dtypes=dtypes,
+                                        carry=n.attr("carry"), chunks=n.attr("chunks"),
+                                        total=n.attr("partial"))
         return self.emit("scan_part", (self.scans[key],), n.axes, register_dtype(n.dtype),
                          index=n.attr("part"), round=self._round_for(n))
 

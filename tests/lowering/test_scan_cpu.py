@@ -230,12 +230,8 @@ def test_selective_scan_example(rng):
         np.testing.assert_allclose(got[:, t], h, rtol=2e-5)
 
 
-def test_a_split_scan_is_refused_by_name(tmp_path):
-    with pytest.raises(PlaitError, match=r"cumsum over N is split across blocks"):
-        lower(rows.graph(), Schedule.from_dict({
-            "algorithm": "rows", "grid": {"M": 1, "N": 1024},
-            "block": {"N": {"threads": 256, "vector": 4}}}), {"M": 3, "N": 3001}, True,
-            "sm_90a")
+def test_a_scan_the_block_walks_index_by_index_is_refused_by_name(tmp_path):
+    # (a scan split across blocks is two kernels: tests/lowering/test_scan_split_cpu.py)
     with pytest.raises(PlaitError, match=r"walks N index by index"):
         lower(stored_transposed.graph(), Schedule.from_dict({
             "algorithm": "stored_transposed", "grid": {"N": 4096},
