@@ -242,7 +242,9 @@ def _value_key(value):
 def _run_key(algo, args, kwargs, schedule, device, target):
     if isinstance(schedule, dict):            # may be edited in place between calls
         return None
-    parts = [id(algo), _schedule_key(schedule), device, target, len(args)]
+    from plait.lowering.ir import shifted_rows
+    parts = [id(algo), _schedule_key(schedule), device, target, len(args),
+             shifted_rows.enabled()]           # lowering switches read from the environment
     for value in args:
         k = _value_key(value)
         if k is None:

@@ -139,3 +139,13 @@ def test_ptx_has_vector_loads_and_stores(target):
     ptx = "".join(k.ptx for k in program.kernels)
     assert "ld.global.nc.v4.b32" in ptx            # 8 bf16 in one load
     assert "st.global.v4.b32" in ptx
+
+
+def test_compiled_handles_key_on_the_switch(monkeypatch):
+    """plait.run's handles and the program memo are kept per switch state: flipping it
+    in one process must not reuse a program lowered the other way."""
+    from plait.runtime import api
+    x = np.ones((3, 37), np.float32)
+    on = api._run_key(greedy, (x,), {}, None, "cpu", None)
+    monkeypatch.setenv("PLAIT_SHIFTED_ROWS", "0")
+    assert api._run_key(greedy, (x,), {}, None, "cpu", None) != on
