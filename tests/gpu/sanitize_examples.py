@@ -23,13 +23,16 @@ import numpy as np
 
 import plait
 import plait.autodiff
-from plait.dsl import DType, evaluate
+from plait.dsl import DType, PlaitError, evaluate
 from plait.runtime.loading import _algorithms, _import_file, default_sizes, make_inputs
 from plait.runtime.tolerance import max_rel_err, tolerance
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Two odd size sets: the CLI's small table, and one whose bf16 rows are off 16 bytes (the
 # TMA cannot address them: threads copy instead).
+# An op the autodiff documents as having no gradient rule (the generic scan): its
+# algorithm's forward is still sanitized, its gradient refused by name, not a failure.
+NO_GRADIENT_RULE = "it has no gradient rule"
 UNALIGNED = {"M": 37, "N": 301, "K": 129, "B": 1, "H": 2, "S": 45, "T": 53}
 
 
@@ -81,7 +84,13 @@ def check(label, algo, sizes, float_dtype, seed, device="gpu") -> list[str]:
            if p.dtype is None and dtypes[p.name].is_float]
     if not wrt:
         return failures
-    bwd = plait.autodiff.grad(algo, wrt=wrt)
+    try:
+        bwd = plait.autodiff.grad(algo, wrt=wrt)
+    except PlaitError as e:
+        if NO_GRADIENT_RULE not in str(e):
+            raise
+        print(f"no gradient for {label}: {e}")      # documented (the generic scan's)
+        return failures
     rng = np.random.default_rng(seed + 1)
     douts = {f"d{k}": rng.standard_normal(np.shape(v)).astype(float_dtype.numpy)
              for k, v in out.items()}
