@@ -110,7 +110,7 @@ def error_bounds(graph: AlgorithmGraph, inputs: dict, rounding) -> dict[str, flo
         elif n.op in _LIPSCHITZ:
             passed = _LIPSCHITZ[n.op] * e[0]
         elif n.op == "cast":
-            passed = e[0]
+            passed = e[0] + _cast_flips(n, values, err, sizes)
         elif n.op == "sum":
             count = sizes[n.attr("axis")]
             passed, scale = count * e[0], count * big[ins[0]]
@@ -127,22 +127,45 @@ def _flips(n, values, err, sizes) -> float:
     """What where(l <op> r, a, b) may rightly differ by where l and r carry rounding error:
     |a - b| wherever |l - r| is within that error, as the condition may go either way
     there (maximum's gradient picks a side by a >= b, abs's by x >= 0)."""
-    cond = n.inputs[0]
-    if cond.op not in _COMPARISONS:
+    near = _near(n.inputs[0], n.axes, values, err, sizes)
+    if near is None:
         return 0.0
-    slack = err[cond.inputs[0].uid] + err[cond.inputs[1].uid]
-    if slack == 0:
-        return 0.0
-    shape = tuple(sizes[a] for a in n.axes)
+    shape = near.shape
 
     def full(node):
         return np.broadcast_to(_align(values[node.uid], node.axes, n.axes), shape)
-    left, right = full(cond.inputs[0]), full(cond.inputs[1])
     with np.errstate(invalid="ignore"):
-        near = np.abs(left - right) <= slack
         spread = np.abs(full(n.inputs[1]) - full(n.inputs[2]))
     spread = np.where(near & np.isfinite(spread), spread, 0.0)
     return float(spread.max(initial=0.0))
+
+
+def _cast_flips(n, values, err, sizes) -> float:
+    """A comparison cast to a float (a tie count: min's gradient sums eq(x, min(x))) may
+    rightly be 0 or 1 wherever its operands are within their rounding error: two values
+    that differ exactly can round to one narrow value and tie in the kernel."""
+    cond = n.inputs[0]
+    near = _near(cond, n.axes, values, err, sizes, strict=cond.op in ("eq", "ne"))
+    return 1.0 if near is not None and near.any() else 0.0
+
+
+def _near(cond, axes, values, err, sizes, strict=False):
+    """Where comparison `cond` (viewed over `axes`) may go either way: its operands within
+    their rounding errors of each other; None when it is no comparison or exact. `strict`
+    leaves out operands exactly equal: rounding keeps an equality (x == min(x) at the
+    minimum), only values apart can meet."""
+    if cond.op not in _COMPARISONS:
+        return None
+    slack = err[cond.inputs[0].uid] + err[cond.inputs[1].uid]
+    if slack == 0:
+        return None
+    shape = tuple(sizes[a] for a in axes)
+
+    def full(node):
+        return np.broadcast_to(_align(values[node.uid], node.axes, axes), shape)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(full(cond.inputs[0]) - full(cond.inputs[1]))
+        return (gap <= slack) & (gap > 0) if strict else gap <= slack
 
 
 def _align(value, src, dst):
