@@ -138,6 +138,10 @@ def make_layout(name: str, axes: tuple[str, ...], ks: KernelSchedule, sizes: dic
         if tile is not None and tile % step:
             refuse(f"grid.{axis}", f"grid tile {tile} of {axis} is not a multiple of "
                    f"threads x vector = {step}")
+        if tile is not None and tile > sizes[axis]:
+            # One block covers the whole axis: its threads hold what the axis has, in
+            # whole steps, not the tile (a tile of 64 over 1 index unrolled 64 times).
+            extent = -(-sizes[axis] // step) * step
         reps = -(-extent // step)
         if reps > 64:
             refuse(f"block.{axis}", f"each thread would hold {reps} vectors along "
