@@ -3,18 +3,19 @@
 # and gradient, and the fuzzer on the machine's CPU cores while the GPU works.
 #   STAGES="fuzz tier memcheck" bash bench/device_correctness.sh
 #   STAGES="fuzz racecheck synccheck torch" FUZZ_KIND=grad bash bench/device_correctness.sh
-# fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_CASES, FUZZ_KIND, FUZZ_SEED,
-# FUZZ_SECONDS),
+# fuzz: tools/fuzz.py in the background on all but two cores (FUZZ_WORKERS, FUZZ_CASES, FUZZ_KIND,
+# FUZZ_SEED, FUZZ_SECONDS),
 # waited for at the end; tier: tests -m gpu (tests/torch_interop aside; TIER_PATHS narrows it);
 # torch: its GPU twins (TORCH_PATHS narrows them); pytest gets SIGINT at its timeout, so the
 # failures so far are still reported;
 # memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
-# algorithms). Carry .wheels (hypothesis for the fuzzer) with the call. Logs go to $OUT.
+# algorithms). Carry .whl (hypothesis and sortedcontainers for the fuzzer, fetched as the device's
+# README says) with the call. Logs go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-[ -d .wheels ] && python3 -m pip install -q --no-deps .wheels/*.whl >> "$OUT/install.log" 2>&1
+[ -d .whl ] && python3 -m pip install -q --no-deps .whl/*.whl >> "$OUT/install.log" 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T="python3 -m pytest -q -p no:cacheprovider --ignore=tests/property"
 fuzz_pid=""
@@ -22,7 +23,7 @@ for stage in ${STAGES:-fuzz tier memcheck}; do
   echo "== $stage $(date +%T)"
   case $stage in
     fuzz)
-      workers=$(( $(nproc) - 2 ))
+      workers=${FUZZ_WORKERS:-$(( $(nproc) - 2 ))}
       # Stops sending cases after FUZZ_SECONDS and prints its summary; the timeout is a backstop.
       timeout ${FUZZ_TIMEOUT:-570} python3 tools/fuzz.py --cases ${FUZZ_CASES:-10000} \
         --seconds ${FUZZ_SECONDS:-480} --timeout ${FUZZ_CASE_TIMEOUT:-60} \

@@ -5,6 +5,7 @@ shapes, for compute-sanitizer (not a pytest module: the sanitizer wraps this who
     compute-sanitizer --tool racecheck --error-exitcode 1 python tests/gpu/sanitize_examples.py
     python tests/gpu/sanitize_examples.py --list          # what it would run
     python tests/gpu/sanitize_examples.py --only attention,rotary_llama
+    python tests/gpu/sanitize_examples.py --only grouped_query_attention --size G=3 --size R=5
 
 Algorithms are found in examples/*.py (every one a file defines), extents come from the
 CLI's table of odd sizes by axis name, and inputs from the CLI's generator (bool and int
@@ -45,9 +46,19 @@ def every_example() -> list[tuple[str, object]]:
     return found
 
 
-def _size_sets(algo) -> list[dict[str, int]]:
+def _size_sets(algo, override=None) -> list[dict[str, int]]:
+    """The two size sets; `override` (axis -> extent) replaces an axis's extent in both
+    (racecheck instruments every shared-memory access: 37 x 37 query heads take minutes)."""
     small = default_sizes(algo.axis_order, small=True)
-    return [small, {**small, **{a: n for a, n in UNALIGNED.items() if a in small}}]
+    sets = [small, {**small, **{a: n for a, n in UNALIGNED.items() if a in small}}]
+    return [{**s, **{a: n for a, n in (override or {}).items() if a in s}} for s in sets]
+
+
+def _axis_extent(text: str) -> tuple[str, int]:
+    axis, _, n = text.partition("=")
+    if not axis or not n.isdigit() or int(n) < 1:
+        raise argparse.ArgumentTypeError(f"--size takes AXIS=N with N >= 1, not {text!r}")
+    return axis, int(n)
 
 
 def _compare(label, got, ref, used) -> list[str]:
@@ -103,6 +114,8 @@ def check(label, algo, sizes, float_dtype, seed, device="gpu") -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated algorithm names")
+    parser.add_argument("--size", type=_axis_extent, action="append", default=[],
+                        help="AXIS=N: this extent for AXIS in every size set (repeatable)")
     parser.add_argument("--list", action="store_true", help="print what would run and stop")
     parser.add_argument("--device", default="gpu", choices=("gpu", "cpu"),
                         help="cpu: the CPU executor, to try this script without a GPU")
@@ -110,7 +123,7 @@ def main(argv=None) -> int:
     only = set(filter(None, args.only.split(",")))
     runs = [(name, algo, sizes, dtype)
             for name, algo in every_example() if not only or name.split(":")[1] in only
-            for sizes in _size_sets(algo) for dtype in (DType.BF16, DType.FP32)]
+            for sizes in _size_sets(algo, dict(args.size)) for dtype in (DType.BF16, DType.FP32)]
     failures = []
     for i, (name, algo, sizes, dtype) in enumerate(runs):
         label = f"{name} {dtype.name.lower()} " + ",".join(f"{a}={n}" for a, n in sizes.items())
