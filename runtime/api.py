@@ -169,9 +169,10 @@ def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: s
     """The compiled Program: from this process's memo, the disk cache, or the compiler."""
     import plait
     from plait.lowering import pipeline
-    from plait.lowering.ir import shifted_rows
+    from plait.lowering.ir import shifted_rows, simt_reload
     sms = _multiprocessors()
-    switches = (shifted_rows.enabled(),)          # lowering switches read from the environment
+    # lowering switches read from the environment
+    switches = (shifted_rows.enabled(), simt_reload.enabled())
     fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target, sms, switches)
     hit = _by_identity.get(fast)
     if hit is not None and hit[0] is graph and hit[1] is schedule:
@@ -242,9 +243,9 @@ def _value_key(value):
 def _run_key(algo, args, kwargs, schedule, device, target):
     if isinstance(schedule, dict):            # may be edited in place between calls
         return None
-    from plait.lowering.ir import shifted_rows
+    from plait.lowering.ir import shifted_rows, simt_reload
     parts = [id(algo), _schedule_key(schedule), device, target, len(args),
-             shifted_rows.enabled()]           # lowering switches read from the environment
+             shifted_rows.enabled(), simt_reload.enabled()]   # lowering switches (environment)
     for value in args:
         k = _value_key(value)
         if k is None:

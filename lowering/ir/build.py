@@ -23,6 +23,7 @@ from .layout_simt import SimtLayouts, simt_loop
 from .layout_tc import GemmLayouts, StreamLayouts
 from .nodes import Builder, Kernel, Type
 from .simt_order import cluster_reductions
+from . import simt_reload
 
 def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) -> Kernel:
     """The tile-level IR of one kernel: `plan` what `pipeline.lower` planned for it (for a
@@ -40,6 +41,8 @@ def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) ->
     ops = list(tile.ops)
     if path == "simt":      # reductions level by level, as the thread-level pass groups them
         ops = cluster_reductions(ops)
+        if simt_reload.enabled() and simt_reload.would_spill(ops, plan):
+            ops = simt_reload.reload_rows(ops, plan)
     if getattr(layouts, "walk", None) is not None:
         ops = simt_loop(ops, layouts.walk, layouts)
     translate(b, ops, layouts, {})
