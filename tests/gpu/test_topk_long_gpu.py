@@ -13,23 +13,10 @@ pytestmark = pytest.mark.gpu
 import plait  # noqa: E402
 from plait.autodiff import grad  # noqa: E402
 from plait.dsl import Tensor, algorithm, sum, topk  # noqa: E402
+from topk_cases import top_of  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
           "int32": torch.int32}
-_ALGORITHMS = {}
-
-
-def top_of(k: int, dtype: str):
-    if (k, dtype) not in _ALGORITHMS:
-        @algorithm
-        def top(x: Tensor["M", "N", dtype]):
-            values, at = topk(x, k, over="N", into="K")
-            low, low_at = topk(x, k, over="N", into="J", largest=False)
-            return {"values": values, "at": at, "low": low, "low_at": low_at}
-        _ALGORITHMS[k, dtype] = top
-    return _ALGORITHMS[k, dtype]
-
-
 def planted(m, n, dtype, seed):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     if dtype == torch.int32:

@@ -15,6 +15,7 @@ from plait.dsl import sum as total
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule.model import Schedule
 from plait.lowering.ir.thread_view import KernelView
+from scan_cases import accumulate
 
 EPS = {np.float32: 2.0 ** -24, ml_dtypes.bfloat16: 2.0 ** -8, np.float16: 2.0 ** -11}
 DEPTH = 80 * 2.0 ** -24    # fp32 rounding of a prefix: at most ~80 adds deep (lanes, warps,
@@ -24,12 +25,6 @@ DEPTH = 80 * 2.0 ** -24    # fp32 rounding of a prefix: at most ~80 adds deep (l
 @pytest.fixture
 def rng():
     return np.random.default_rng()        # fresh inputs every run
-
-
-def accumulate(ufunc, x, axis, reverse=False):
-    x = np.flip(x, axis) if reverse else x
-    out = ufunc.accumulate(x, axis=axis, dtype=x.dtype)
-    return np.flip(out, axis) if reverse else out
 
 
 def check_sum(got, x, axis, reverse=False, storage=np.float32, offset=0.0):

@@ -18,6 +18,7 @@ from plait.dsl import sum as total
 from plait.lowering.pipeline import emulate, lower
 from plait.schedule.loader import load_schedule
 from plait.schedule.model import Schedule
+from scan_cases import accumulate
 
 ULP = 2.0 ** -24
 
@@ -25,12 +26,6 @@ ULP = 2.0 ** -24
 @pytest.fixture
 def rng():
     return np.random.default_rng()        # fresh inputs every run
-
-
-def accumulate(ufunc, x, axis, reverse=False):
-    x = np.flip(x, axis) if reverse else x
-    out = ufunc.accumulate(x, axis=axis, dtype=x.dtype)
-    return np.flip(out, axis) if reverse else out
 
 
 def split(name: str, N: int, tile: int, rows: int, cols: int = 32, vector: int = 1) -> dict:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from plait.dsl import Tensor, algorithm, log_softmax, mean, permute, rsqrt, softmax, where
-from plait.dsl import sum as total
 from plait.lowering.graph.layout import make_layout
 from plait.lowering.ir import simt_reload
 from plait.lowering.ir.nodes import walk

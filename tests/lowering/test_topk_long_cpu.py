@@ -19,6 +19,7 @@ from plait.lowering import pipeline
 from plait.lowering.artifact import Program
 from plait.runtime.ptxas import find_ptxas, resource_usage
 from plait.schedule import load_schedule
+from topk_cases import top_of
 
 NUMPY = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
          "int32": np.int32}
@@ -62,20 +63,6 @@ def check(got_values, got_at, x, k, axis, largest):
     np.testing.assert_array_equal(got_at, at)
     assert got_values.dtype == x.dtype
     np.testing.assert_array_equal(np.asarray(got_values, np.float64), values)
-
-
-_ALGORITHMS = {}
-
-
-def top_of(k: int, dtype: str = "fp32"):
-    if (k, dtype) not in _ALGORITHMS:
-        @algorithm
-        def top(x: Tensor["M", "N", dtype]):
-            values, at = topk(x, k, over="N", into="K")
-            low, low_at = topk(x, k, over="N", into="J", largest=False)
-            return {"values": values, "at": at, "low": low, "low_at": low_at}
-        _ALGORITHMS[k, dtype] = top
-    return _ALGORITHMS[k, dtype]
 
 
 def run_and_check(x, k, dtype="fp32", **kwargs):
