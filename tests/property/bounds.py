@@ -92,8 +92,8 @@ def error_bounds(graph: AlgorithmGraph, inputs: dict, rounding) -> dict[str, flo
             passed = builtins_max(e)
         elif n.op in ("add", "sub"):
             passed = e[0] + e[1]
-        elif n.op == "mul":
-            passed = big[ins[1]] * e[0] + big[ins[0]] * e[1]
+        elif n.op == "mul":     # (a + ea)(b + eb) - ab: ea*eb stays where a and b are 0
+            passed = big[ins[1]] * e[0] + big[ins[0]] * e[1] + e[0] * e[1]
         elif n.op == "div":
             low = small[ins[1]]
             passed = math.inf if low == 0 and any(e) else (
