@@ -6,7 +6,7 @@ is also compiled for sm_80 and sm_90a and assembled (tests/conftest.py wraps emu
 import numpy as np
 import pytest
 
-from plait.dsl import Tensor, algorithm, log_softmax, mean, permute, rsqrt, softmax, where
+from plait.dsl import Tensor, algorithm, log_softmax, permute, softmax
 from plait.lowering.graph.layout import make_layout
 from plait.lowering.ir import simt_reload
 from plait.lowering.ir.nodes import walk
@@ -14,6 +14,7 @@ from plait.lowering.pipeline import emulate, lower
 from plait.runtime.api import compile as compile_program
 from plait.runtime.ptxas import find_ptxas, resource_usage
 from plait.schedule import Schedule
+from reload_cases import masked_probs, norm
 
 
 @pytest.fixture(autouse=True)
@@ -29,17 +30,6 @@ def probs(x: Tensor["M", "N"]):
 @algorithm
 def log_probs(x: Tensor["M", "N"]):
     return log_softmax(x, over="N")
-
-
-@algorithm
-def norm(x: Tensor["M", "N"], w: Tensor["N"], b: Tensor["N"]):
-    xc = x - mean(x, over="N")
-    return xc * rsqrt(mean(xc * xc, over="N") + 1e-5) * w + b
-
-
-@algorithm
-def masked_probs(x: Tensor["M", "N"], keep: Tensor["M", "N", "bool"], bias: Tensor["N", "int32"]):
-    return softmax(where(keep, x + bias, -1e4), over="N")
 
 
 @algorithm
