@@ -118,4 +118,16 @@ def reload_rows(ops: list[TileOp], lay: Layout) -> list[TileOp]:
         args = tuple(in_epoch(a, epoch[op.id]) for a in op.args)
         out.append(op if args == op.args else
                    TileOp(op.id, op.op, args, op.axes, op.dtype, op.attrs))
-    return out
+    return _without_dead(out, written)
+
+
+def _without_dead(ops: list[TileOp], written: set[str]) -> list[TileOp]:
+    """`ops` less the pure ones nothing reads any more (an original whose every user now
+    reads its copy: a load left in its first epoch would still be issued there)."""
+    used: set[int] = set()
+    kept = []
+    for op in reversed(ops):
+        if op.id in used or not _recomputable(op, written):
+            kept.append(op)
+            used.update(op.args)
+    return kept[::-1]
