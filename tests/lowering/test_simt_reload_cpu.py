@@ -61,6 +61,15 @@ def test_long_rows_are_read_after_each_reduction(n, monkeypatch):
     assert _loads(probs.graph(), sizes) == [1]
 
 
+def test_a_load_is_issued_only_where_it_is_read():
+    """softmax's backward reads dout in its third and fourth epochs only (its sum with p,
+    then dx): the load its first epoch held is gone once both read copies."""
+    from plait.autodiff import grad
+    graph = grad(probs).graph({"x": "bf16", "dout": "bf16"})
+    assert _loads(graph, {"M": 3, "N": 50257}, "dout") == [2]
+    assert _loads(graph, {"M": 3, "N": 50257}, "x") == [4]     # p in every epoch
+
+
 def test_rows_that_fit_are_held():
     assert _loads(probs.graph(), {"M": 3, "N": 1000}) == [1]
 
