@@ -63,12 +63,13 @@ def straddling_store(em, buf, r, c, v0, vec, bits: list, owner, pairs=None) -> N
     each element inside by itself. `bits`: each element's storage bits; `pairs` the
     (words, regs) a packed vector store takes, when the dtype packs."""
     b = em.b
-    whole = mask_and(b, [_whole(em, buf, r, c, v0, vec), owner])
+    inside = _whole(em, buf, r, c, v0, vec)
+    whole = mask_and(b, [inside, owner])
     if pairs is not None:
         asm_store_words(b, em.address(buf, r, c, v0), whole, *pairs)
     else:
         asm_store(b, em.address(buf, r, c, v0), whole, bits, buf.dtype)
-    outside = b.not_(_whole(em, buf, r, c, v0, vec))
+    outside = b.not_(inside)
     for k in range(vec):
         alone = mask_and(b, [em.in_bounds(buf.axes, r, c, v0 + k), owner, outside])
         asm_store(b, em.address(buf, r, c, v0 + k), alone, [bits[k]], buf.dtype)
