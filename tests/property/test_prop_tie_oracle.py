@@ -27,7 +27,7 @@ def _gradient(x):
     with np.errstate(all="ignore"):
         out = emulate(graph, None, {"M": x.shape[0], "B": 2, "N": x.shape[2]}, args, {})
         return out["dx"], evaluate(graph, args)["dx"], \
-            error_bounds(graph, args, executor_rounding)["dx"]
+            error_bounds(graph, args, executor_rounding)["dx"], np.abs(args["dout"]).max()
 
 
 def _pairs(rng, m, n, gap):
@@ -39,7 +39,7 @@ def _pairs(rng, m, n, gap):
 def test_a_tie_made_by_rounding_is_within_the_bound():
     rng = np.random.default_rng()
     x = _pairs(rng, 7, 5, 1e-4)          # below fp16's relative spacing of ~1e-3
-    got, ref, bound = _gradient(x)
+    got, ref, bound, _ = _gradient(x)
     assert np.abs(got - ref).max() > 0.1   # the kernel shares: the exact math does not
     assert mismatch(got, ref, bound) is None
 
@@ -47,8 +47,8 @@ def test_a_tie_made_by_rounding_is_within_the_bound():
 def test_the_bound_stays_tight_without_near_ties():
     rng = np.random.default_rng()
     x = _pairs(rng, 7, 5, 0.05)          # far apart in fp16: no tie either way
-    got, ref, bound = _gradient(x)
-    assert bound < 0.01
+    got, ref, bound, cotangent = _gradient(x)
+    assert bound < 0.004 * cotangent        # it scales with the cotangent: ~0.0035 of it
     assert mismatch(got, ref, bound) is None
     wrong = got.copy()
     wrong[0, :, 0] = wrong[0, :, 0].sum() / 2          # a shared gradient where none ties
