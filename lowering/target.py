@@ -31,6 +31,7 @@ class Target:
     fallbacks: tuple[str, ...]         # where a schedule lookup goes next, in order
     contraction: ContractionSchedule   # contraction defaults (tiles chosen per size)
     registers_per_sm: int = 64 * 1024  # 32-bit registers; one block may have them all
+    registers_per_thread: int = 255    # the most 32-bit registers ptxas gives one thread
     threads_per_sm: int = 2048         # resident threads of one SM (occupancy x block)
     blocks_per_sm: int = 32            # resident blocks of one SM (the most `occupancy`)
     threads_per_block: int = 1024

@@ -17,6 +17,7 @@ from ..gemm.plan import GemmProgram
 from ..graph.layout import Layout
 from ..graph.kernel_plan import REDUCE_OPS
 from ..stream.plan import StreamKernel
+from ..target import get_target
 from ..tileir.tile import TileOp, TileProgram
 from ..tileir.tile_stream import loop_body
 from .layout_simt import SimtLayouts, simt_loop
@@ -41,7 +42,7 @@ def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) ->
     ops = list(tile.ops)
     if path == "simt":      # reductions level by level, as the thread-level pass groups them
         ops = cluster_reductions(ops)
-        if simt_reload.enabled() and simt_reload.would_spill(ops, plan):
+        if simt_reload.enabled() and simt_reload.would_spill(ops, plan, get_target(target)):
             ops = simt_reload.reload_rows(ops, plan)
     if getattr(layouts, "walk", None) is not None:
         ops = simt_loop(ops, layouts.walk, layouts)

@@ -20,11 +20,10 @@ from plait.dsl.node import OPS
 
 from ..graph.kernel_plan import REDUCE_OPS
 from ..graph.layout import Layout
+from ..target import Target
 from ..tileir.tile import TileOp
 
 SWITCH = "PLAIT_RELOAD_ROWS"
-REGISTER_FILE = 65536        # 32-bit registers of an SM on every target plait compiles for
-MAX_REGISTERS = 255          # a thread's cap
 OTHER_REGISTERS = 32         # addresses, indices, exchanges, a strided store (40 held spilled at 64)
 # Tile-level ops that compute an element from elements at the same position only.
 _TILE_ELEMENTWISE = {"convert", "recip", "const"}
@@ -79,11 +78,12 @@ def held_words(ops: list[TileOp], lay: Layout) -> int:
     return most
 
 
-def would_spill(ops: list[TileOp], lay: Layout) -> bool:
-    """Whether the values held across reductions overflow a thread's share of the
+def would_spill(ops: list[TileOp], lay: Layout, target: Target) -> bool:
+    """Whether the values held across reductions overflow a thread's share of `target`'s
     register file at this block size (and occupancy, where the schedule asks for one)."""
     blocks = lay.occupancy or 1
-    budget = min(MAX_REGISTERS, REGISTER_FILE // (lay.threads * blocks)) - OTHER_REGISTERS
+    share = target.registers_per_sm // (lay.threads * blocks)
+    budget = min(target.registers_per_thread, share) - OTHER_REGISTERS
     return held_words(ops, lay) > budget
 
 

@@ -11,6 +11,7 @@ from plait.lowering.graph.layout import make_layout
 from plait.lowering.ir import simt_reload
 from plait.lowering.ir.nodes import walk
 from plait.lowering.pipeline import emulate, lower
+from plait.lowering.target import get_target
 from plait.runtime.api import compile as compile_program
 from plait.runtime.ptxas import find_ptxas, resource_usage
 from plait.schedule import Schedule
@@ -88,10 +89,11 @@ def _layout(n, block, occupancy=None):
     (8192, {"threads": 256, "vector": 8}, 8, True),         # 32 registers a thread
     (2048, {"threads": 256, "vector": 8}, None, False),
 ])
-def test_would_spill(n, block, occupancy, spills):
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_would_spill(n, block, occupancy, spills, target):
     low = lower(probs.graph(), None, {"M": 8, "N": n}, True)
     ops = list(low.tiles[0].ops)
-    assert simt_reload.would_spill(ops, _layout(n, block, occupancy)) is spills
+    assert simt_reload.would_spill(ops, _layout(n, block, occupancy), get_target(target)) is spills
 
 
 @pytest.mark.parametrize("n", [50257, 33001])
