@@ -40,17 +40,21 @@ def build_kernel(plan, tile: TileProgram, target: str, sizes: dict[str, int]) ->
         raise TypeError(f"no IR builder for {type(plan).__name__}")
     b = Builder()
     ops = list(tile.ops)
+    attrs = tuple(layouts.attrs)
     if path == "simt":      # reductions level by level, as the thread-level pass groups them
         ops = cluster_reductions(ops)
         if simt_reload.enabled() and simt_reload.would_spill(ops, plan, get_target(target)):
-            ops = simt_reload.reload_rows(ops, plan)
+            reloaded = simt_reload.reload_rows(ops, plan)
+            # The emitter makes such a kernel's loads where they are read (nvptx/pulled.py).
+            attrs += (("rows_reloaded", True),) if reloaded != ops else ()
+            ops = reloaded
     if getattr(layouts, "walk", None) is not None:
         ops = simt_loop(ops, layouts.walk, layouts)
     translate(b, ops, layouts, {})
     source = tile if path == "simt" else plan     # what names the buffers and scalars
     return Kernel(source.name, target, path, tuple(source.buffers), tuple(source.scalars),
                   tuple(layouts.grid), layouts.threads, tuple(sorted(b.types.items())),
-                  b.block(), tuple(layouts.attrs))
+                  b.block(), attrs)
 
 
 def translate(b: Builder, ops: list[TileOp], layouts, value: dict[int, int]) -> None:

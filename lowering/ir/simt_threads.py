@@ -64,7 +64,7 @@ def thread_level(k: Kernel, layout: Layout, axes: tuple[str, ...], sizes: dict[s
     names = set(axes) | {a for b in k.buffers for a in b.axes}
     names |= {a for a, _ in layout.partial_axes}
     names |= {op.attr("axis") for op in _every(body.ops) if op.name == "size"}
-    attrs = (("acc_words", acc_words), ("simt_layout", layout),
+    attrs = tuple(k.attrs) + (("acc_words", acc_words), ("simt_layout", layout),
              ("size_args", tuple(sorted(names))), ("smem_words", p.smem),
              ("stage_words", stage_words))
     return Kernel(k.name, k.target, "simt", k.buffers, k.scalars, tuple(layout.grid),

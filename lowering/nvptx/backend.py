@@ -27,8 +27,9 @@ from . import gather
 from . import shifted_rows as shifted
 from .ptx_text import launch_bounds, llvm_to_ptx
 from .fragments import full as _full
-from .fragments import map_fragments as _map
+from .fragments import map_fragments as _map_now
 from .fragments import mask_and as _mask_and
+from .pulled import Pulled, any_pulled, pulled_map, solid
 from ..limits import STATIC_SHARED_LIMIT
 from .arg_reduce import PairReductionEmitter
 from .indexing import IndexEmitter
@@ -54,6 +55,12 @@ def emit_ptx(k: Kernel, entry: str) -> str:
 
 def emit_llvm_ir(k: Kernel, entry: str) -> str:
     return str(_Emitter(k, entry).module)
+
+
+# The ops `_op` handles by name; every other one is elementwise (unary or binary).
+_NOT_ELEMENTWISE = {"load", "scatter_add", "store", "param", "const", "size", "iota",
+                    "convert", "round", "where", "barrier", "smem_put", "reduce_local",
+                    "reduce_shfl", "smem_fold", "reduce_done", *SCAN_STEPS, *SORT_STEPS}
 
 
 class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter,
@@ -93,7 +100,12 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
             self.smem.linkage = "external" if dynamic else "internal"
             self.smem.align = 16
         self._setup_indices()
-        self.values: dict[int, np.ndarray] = {}
+        self.values: dict[int, np.ndarray | Pulled] = {}
+        # Kernels whose rows are reloaded make a pass's loads where its reduction or store
+        # reads them (nvptx/pulled.py); never inside a walk, whose loads run ahead.
+        self.pull = bool(k.attr("rows_reloaded")) and self.lay.loop is None
+        self.written = {op.attr("buffer") for op in prog.in_order
+                        if op.op != "load" and op.attr("buffer") is not None}
         self.loop_index = self.loop_count = None
         self.policies: dict[bool, ir.Value] = {}
         self._run_program(fn)
@@ -122,15 +134,28 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
     def frag_shape(self, axes):
         return self.lay.fragment(axes)
 
-    def _op(self, op) -> np.ndarray | None:
+    def value(self, value_id: int) -> np.ndarray:
+        """The whole fragment of a value (a pulled one is made here, as a whole)."""
+        return solid(self.values[value_id])
+
+    # What reads a pulled fragment element by element; every other op reads it whole.
+    _PULLS = {"reduce_local", "store", "convert", "round", "where"}
+
+    def _op(self, op) -> np.ndarray | Pulled | None:
         kind = op.op
         b = self.b
         shape = self.frag_shape(op.axes)
-        args = [self.values[a] for a in op.args]
+        pulls = kind in self._PULLS or (kind not in _NOT_ELEMENTWISE and not pair_step(op))
+        args = [self.values[a] if pulls else self.value(a) for a in op.args]
+        if pulls and kind == "store" and op.attr("along"):
+            args = [solid(a) for a in args]
+        _map = pulled_map if any_pulled(args) else _map_now
         if kind == "load":
             if op.attr("view") is not None:
                 return gather.view_load(self, op)
-            return gather.take_load(self, op) if op.attr("take") else self._load(op)
+            if op.attr("take"):
+                return gather.take_load(self, op)
+            return self._pulled_load(op) if self._pullable(op) else self._load(op)
         if kind == "scatter_add":
             gather.scatter_add(self, op, *args)
             return None
@@ -189,7 +214,24 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         target = op.attr("round")
         if target is None:
             return frag
-        return _map(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
+        make = pulled_map if isinstance(frag, Pulled) else _map_now
+        return make(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
+
+    def _pullable(self, op) -> bool:
+        """A plain load of a buffer no op of this kernel writes (so making it later reads
+        the same values)."""
+        return self.pull and op.attr("blocks") is None and op.attr("rotate") is None \
+            and op.attr("buffer") not in self.written
+
+    def _pulled_load(self, op) -> Pulled:
+        """`_load` with each memory instruction issued when an element of it is read."""
+        buf = self.prog.buffer(op.attr("buffer"))
+        vec = op.attr("vector")
+
+        def make(out, idx):
+            r, c, v = idx
+            self._load_vector(out, buf, vec, (r, c, v - v % vec), 0)
+        return Pulled(self.frag_shape(buf.axes), make)
 
     def _load(self, op, ahead=0) -> np.ndarray:
         """Issue each memory instruction of `op` and unpack it before the next."""
@@ -201,10 +243,8 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         out = np.empty(shape, dtype=object)
         rotate = op.attr("rotate")
         for r, c, v0 in self.vectors(buf, vec):
-            if shifted.straddles(self, buf, c, v0, vec):
-                bits = shifted.straddling_load(self, buf, r, c, v0, vec,
-                                               self._cache_hint(buf), ahead)
-                self.unpack(out, (r, c, v0), bits, vec, buf.dtype)
+            if not rotate or shifted.straddles(self, buf, c, v0, vec):
+                self._load_vector(out, buf, vec, (r, c, v0), ahead)
                 continue
             mask = self.in_bounds(buf.axes, r, c, v0, ahead)
             at, negate = rotated_source(self, buf, rotate, vec, r, c, v0, ahead) \
@@ -215,6 +255,24 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
             if rotate:
                 apply_rotation(self.b, out, (r, c, v0), vec, buf, rotate, negate)
         return out
+
+    def _load_vector(self, out, buf, vec: int, at, ahead) -> None:
+        """One memory instruction of a load (without rotation), unpacked into `out`."""
+        r, c, v0 = at
+        if shifted.straddles(self, buf, c, v0, vec):
+            bits = shifted.straddling_load(self, buf, r, c, v0, vec, self._cache_hint(buf),
+                                           ahead)
+        else:
+            mask = self.in_bounds(buf.axes, r, c, v0, ahead)
+            bits = _asm_load_words(self.b, self.address(buf, r, c, v0, ahead), mask, vec,
+                                   buf.dtype, self._cache_hint(buf))
+        if isinstance(out, Pulled):
+            part = np.empty((1, 1, vec), dtype=object)
+            self.unpack(part, (0, 0, 0), bits, vec, buf.dtype)
+            for k in range(vec):
+                out.put((r, c, v0 + k), part[0, 0, k])
+            return
+        self.unpack(out, at, bits, vec, buf.dtype)
 
     def _blocked_load(self, op, buf, ahead) -> np.ndarray:
         """A block mask over the op's fine axes, element by element: each reads the block
@@ -263,7 +321,8 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         buf = self.prog.buffer(op.attr("buffer"))
         vec = op.attr("vector")
         shape = self.frag_shape(buf.axes)
-        value = np.broadcast_to(value, shape)
+        if not isinstance(value, Pulled):     # a pulled one broadcasts as it is read
+            value = np.broadcast_to(value, shape)
         owner = self.owner(buf.axes)
         for r, c in itertools.product(range(shape[0]), range(shape[1])):
             for v0 in range(0, shape[2], vec):

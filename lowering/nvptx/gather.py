@@ -31,7 +31,7 @@ def take_load(em, op) -> np.ndarray:
     buf = em.prog.buffer(op.attr("buffer"))
     axis, vec = op.attr("take"), op.attr("vector")
     shape = em.frag_shape(op.axes)
-    idx = np.broadcast_to(em.values[op.args[0]], shape)
+    idx = np.broadcast_to(em.value(op.args[0]), shape)
     out = np.empty(shape, dtype=object)
     for r, c in itertools.product(range(shape[0]), range(shape[1])):
         for v0 in range(0, shape[2], vec):
@@ -49,7 +49,7 @@ def view_load(em, op) -> np.ndarray:
     is predicated off (reads 0) and addressed at 0."""
     buf = em.prog.buffer(op.attr("buffer"))
     shape = em.frag_shape(op.axes)
-    indices = [np.broadcast_to(em.values[a], shape) for a in op.args]
+    indices = [np.broadcast_to(em.value(a), shape) for a in op.args]
     out = np.empty(shape, dtype=object)
     for r, c, v in itertools.product(*(range(n) for n in shape)):
         at, oks = {}, [em.in_bounds(op.axes, r, c, v)]

@@ -13,6 +13,7 @@ from . import ops as L
 from . import ptx_mma as P
 from .fragments import mask_and
 from .fragments import map_fragments as _map
+from .pulled import Pulled, fold_pulled
 from ..ir.thread_rules import smem_words, staged_row_words
 
 
@@ -249,14 +250,21 @@ class ReductionEmitter:
 
     def _reduce_local(self, op, frag):
         axis, kind = op.attr("axis"), op.attr("op")
-        full = np.broadcast_to(frag, self.frag_shape(self.prog.ops[op.args[0]].axes + (axis,)))
+        shape = self.frag_shape(self.prog.ops[op.args[0]].axes + (axis,))
         start = identity(kind, op.dtype)
+        m = self.lay.map_of(axis)
+        dims = (0,) if m is self.lay.row and m is not None else (1, 2) if m is not None else ()
+        if isinstance(frag, Pulled):        # each element made just before it is folded
+            def masked_element(idx):
+                value = L.convert(self.b, frag[idx], op.dtype)
+                return self.b.select(self.in_bounds((axis,), *idx), value, start)
+            return fold_pulled(frag, shape, tuple(d for d in dims if shape[d] > 1),
+                               lambda x, y: self._combine(kind, x, y), masked_element)
+        full = np.broadcast_to(frag, shape)
         masked = np.empty(full.shape, dtype=object)
         for idx in np.ndindex(full.shape):
             value = L.convert(self.b, full[idx], op.dtype)     # as the CPU's astype
             masked[idx] = self.b.select(self.in_bounds((axis,), *idx), value, start)
-        m = self.lay.map_of(axis)
-        dims = (0,) if m is self.lay.row and m is not None else (1, 2) if m is not None else ()
         for dim in (2, 1, 0):                        # same order as the CPU executor
             if dim in dims and masked.shape[dim] > 1:
                 acc = np.take(masked, [0], axis=dim)
