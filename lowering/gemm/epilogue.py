@@ -9,12 +9,8 @@ outside the output is computed but never stored.
 """
 from __future__ import annotations
 
-from llvmlite import ir
-
-from plait.dsl.dtypes import DType
-
 from ..nvptx import ops as L
-from ..tileir.tile import register_dtype
+from ..nvptx.elements import clamped_element, scalar_op
 
 
 class EpilogueEmitter:
@@ -44,50 +40,23 @@ class EpilogueEmitter:
         return self.memo[key]
 
     def _compute(self, op, offsets):
-        b, intr = self.k.b, self.k.intr
-        kind = op.op
-        if kind == "load":
+        if op.op == "load":
             return self._load(op, offsets)
         args = [self._value(a, offsets) for a in op.args]
-        if kind == "param":
-            return self.k.args[("scalar", op.attr("name"))]
-        if kind == "const":
-            return L.f32(op.attr("value")) if op.dtype == DType.FP32 else \
-                ir.Constant(L.REGISTER[op.dtype], int(op.attr("value")))
-        if kind == "size":
-            size = self.k.size(op.attr("axis"))
-            return b.sitofp(size, L.F32) if op.dtype == DType.FP32 else size
-        if kind == "iota":
-            axis = op.attr("axis")
-            return b.add(self.index[axis], L.i32(offsets.get(axis, 0)))
-        if kind == "convert":
-            src = self.ops.get(op.args[0])
-            if src is not None and src.op == "load" and src.dtype != register_dtype(src.dtype):
-                return L.decode(b, args[0], src.dtype)
-            return L.convert(b, args[0], op.dtype)
-        if kind == "round":
-            return L.round_to(b, intr, args[0], op.attr("round"))
-        return L.elementwise(b, intr, kind, args, op.attr("round"))
+        return scalar_op(self.k.b, self.k.intr, op, args,
+                         source=self.ops.get(op.args[0]) if op.args else None,
+                         scalar=lambda name: self.k.args[("scalar", name)], size=self.k.size,
+                         position=lambda axis: self._position(axis, offsets))
+
+    def _position(self, axis: str, offsets):
+        """This element's index along `axis` (the thread's base plus its offset)."""
+        if offsets.get(axis):
+            return self.k.b.add(self.index[axis], L.i32(offsets[axis]))
+        return self.index[axis]
 
     def _load(self, op, offsets):
-        """One element of another tensor, its index clamped inside it: the register value
-        for fp32 and integer tensors, storage bits for a narrow float (decoded by the
-        tile program's `convert`, as the thread backend's loads)."""
-        b = self.k.b
+        """One element of another tensor, its index clamped inside it (the register
+        value, or a narrow float's storage bits for the tile program's `convert`)."""
         buf = self.buffers[op.attr("buffer")]
-        offset = ir.Constant(L.I64, 0)
-        for axis in buf.axes:
-            size = self.k.size(axis)
-            i = self.index[axis]
-            if axis in offsets and offsets[axis]:
-                i = b.add(i, L.i32(offsets[axis]))
-            last = b.sub(size, L.i32(1))
-            i = b.select(b.icmp_signed(">", i, last), last, i)
-            offset = b.add(b.mul(offset, b.zext(size, L.I64)), b.zext(i, L.I64))
-        bits = L.STORAGE_BITS[buf.dtype]
-        base = self.k.args[("buffer", buf.name)]
-        ptr = b.bitcast(b.gep(base, [b.mul(offset, ir.Constant(L.I64, buf.dtype.itemsize))]),
-                        ir.PointerType(bits, 1))
-        bits = b.load(ptr)
-        # fp32 and integers have no `convert` after their load: decode here.
-        return bits if buf.dtype != register_dtype(buf.dtype) else L.decode(b, bits, buf.dtype)
+        return clamped_element(self.k.b, self.k.args[("buffer", buf.name)], buf,
+                               lambda axis: self._position(axis, offsets), self.k.size)

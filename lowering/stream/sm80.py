@@ -36,19 +36,17 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from plait.dsl.dtypes import DType
-
 from ..cpu import mathfns
 from ..nvptx import ops as L
 from ..nvptx import ptx_mma as P
 from ..artifact import CompiledKernel
+from ..nvptx.elements import clamped_element, scalar_op
 from ..nvptx.kernel import KernelEmitter, loop, plain_args
 from ..nvptx.ptx_memory import asm_store
 from .copy import copy_rows, copy_step
 from .masks import TileMask
 from .mma import fragments, scatter, scores, tile_offsets, to_scratch, weighted
 from .plan import StreamKernel
-from ..tileir.tile import register_dtype
 from ..tileir.tile_stream import loop_body
 
 def stream_ptx(llvm_ir: str, sk: StreamKernel, entry: str) -> str:
@@ -444,44 +442,12 @@ class _Emitter(KernelEmitter):
     def element(self, name: str, at: dict):
         """The element of input `name` at positions `at` (axis: i32), clamped inside it:
         the register value, or a narrow float's storage bits."""
-        b = self.b
-        buf = self.buffers[name]
-        offset = ir.Constant(L.I64, 0)
-        for axis in buf.axes:
-            size = self.size(axis)
-            i = at[axis]
-            last = b.sub(size, L.i32(1))
-            i = b.select(b.icmp_signed(">", i, last), last, i)
-            offset = b.add(b.mul(offset, b.zext(size, L.I64)), b.zext(i, L.I64))
-        bits = L.STORAGE_BITS[buf.dtype]
-        base = self.args[("buffer", buf.name)]
-        ptr = b.bitcast(b.gep(base, [b.mul(offset, ir.Constant(L.I64, buf.dtype.itemsize))]),
-                        ir.PointerType(bits, 1))
-        bits = b.load(ptr)
-        # fp32 and integers have no `convert` after their load: decode here.
-        return L.decode(b, bits, buf.dtype) if buf.dtype == register_dtype(buf.dtype) else bits
+        return clamped_element(self.b, self.args[("buffer", name)], self.buffers[name],
+                               at.__getitem__, self.size)
 
     def _elementwise(self, op, args, key):
         b, intr = self.b, self.intr
-        kind = op.op
-        if kind == "param":
-            return self.args[("scalar", op.attr("name"))]
-        if kind == "const":
-            return L.f32(op.attr("value")) if op.dtype == DType.FP32 else \
-                ir.Constant(L.REGISTER[op.dtype], int(op.attr("value")))
-        if kind == "size":
-            size = self.size(op.attr("axis"))
-            return b.sitofp(size, L.F32) if op.dtype == DType.FP32 else size
-        if kind == "iota":
-            return self.index_of(op.attr("axis"), key)
-        if kind == "convert":
-            src = self.ops[op.args[0]]
-            if src.op == "load":             # storage bits to the register value
-                return L.decode(b, args[0], src.dtype)
-            return L.convert(b, args[0], op.dtype)
-        if kind == "round":
-            return L.round_to(b, intr, args[0], op.attr("round"))
-        shifted = self.ops[op.args[0]] if kind == "exp" and op.args else None
+        shifted = self.ops[op.args[0]] if op.op == "exp" and op.args else None
         if shifted is not None and shifted.op == "sub" and op.attr("round") is None:
             # exp(s - m) as ex2(s * log2(e) - m * log2(e)): one fma per score, and the
             # row's m * log2(e) once (the online softmax's inner loop is bound by these).
@@ -489,7 +455,10 @@ class _Emitter(KernelEmitter):
             log2e = L.f32(mathfns.LOG2E)
             neg = b.fmul(m, L.f32(-mathfns.LOG2E))
             return L.ex2(b, intr.call(b, "llvm.fma.f32", L.F32, [s, log2e, neg]))
-        return L.elementwise(b, intr, kind, args, op.attr("round"))
+        return scalar_op(b, intr, op, args,
+                         source=self.ops[op.args[0]] if op.args else None,
+                         scalar=lambda name: self.args[("scalar", name)], size=self.size,
+                         position=lambda axis: self.index_of(axis, key))
 
     def _row_reduce(self, op) -> dict:
         """Fold a value's columns into each of the thread's two rows: its own registers
