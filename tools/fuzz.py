@@ -6,7 +6,9 @@ Case i is drawn from seed `--seed + i` by the grammar of tests/property (program
 draws.py) and checked as checks.py says: `forward` runs the CPU executor against the
 float64 reference and the reference against an independent torch float64
 interpretation; `grad` checks plait.autodiff.grad against torch autograd and runs the
-gradient program on the CPU executor; `all` does both per case. Every program the
+gradient program on the CPU executor; `all` does both per case; `tc` draws programs that
+lower to tensor-core kernels (GEMM epilogues, attention score modifiers: tc_programs.py)
+and runs their forward check (tc_checks.py). Every program the
 executor runs is also compiled for sm_80 and sm_90a and assembled by ptxas (the wrapper
 tests/conftest.py installs). Each case runs in a worker process under a time limit (a
 case past it is a hang; the worker is replaced) and a memory limit. Every failure prints
@@ -27,7 +29,7 @@ from multiprocessing.connection import wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-KINDS = ("forward", "grad", "all")
+KINDS = ("forward", "grad", "all", "tc")
 
 
 def setup() -> None:
@@ -60,6 +62,8 @@ def run_case(kind: str, seed: int) -> tuple[str, str]:
     import checks
     import draws
     from repro import reproducer
+    if kind == "tc":
+        return _run_tc_case(seed)
     parts = ("forward", "grad") if kind == "all" else (kind,)
     status, report = "ok", []
     for part in parts:
@@ -84,6 +88,25 @@ def run_case(kind: str, seed: int) -> tuple[str, str]:
             report.append(f"{label} wrong:\n  " + "\n  ".join(problems) + "\n"
                           + reproducer(case, label))
     return status, "\n".join(report)
+
+
+def _run_tc_case(seed: int) -> tuple[str, str]:
+    """A tensor-core program (tests/property/tc_programs.py): its forward check."""
+    import checks
+    import tc_checks
+    from tc_programs import tc_cases
+    case = draw_case(tc_cases(), seed)
+    try:
+        problems = tc_checks.forward(case)
+    except checks.NotATestCase:
+        return "skip", ""
+    except Exception:
+        return "crash", (f"tensor-core crash:\n{traceback.format_exc(limit=-8)}"
+                         f"{tc_checks.reproducer(case)}")
+    if problems:
+        return "wrong", ("tensor-core wrong:\n  " + "\n  ".join(problems) + "\n"
+                         + tc_checks.reproducer(case))
+    return "ok", ""
 
 
 def worker(conn, kind: str, memory_gb: float) -> None:

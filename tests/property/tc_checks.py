@@ -1,0 +1,70 @@
+"""The forward check of a tensor-core program (tc_programs.py), shared by its property
+test and `tools/fuzz.py --kind tc`: the CPU executor (the program compiled for sm_80 and
+sm_90a and assembled, as tests/conftest.py wraps `pipeline.emulate`) against the float64
+reference.
+
+A GEMM is held to the first-order bound of bounds.py. Attention is held to a bound on
+its own: its streamed kernel rounds the softmax weights to the inputs' dtype before the
+second product (as flash kernels do), a rounding the graph does not have. A weight errs
+by at most a few units of that dtype times the largest score it came from, and the
+output, a weighted mean of v's rows, by that times max|v|. A query whose every key is
+masked has no reference value (NaN) and is not compared.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bounds import UNIT, error_bounds, executor_rounding, infinity_times_rounded_zero, \
+    node_values
+from checks import NotATestCase, compare, representable
+from plait.autodiff import to_source
+from plait.dsl import dtype_of, evaluate
+from plait.lowering import pipeline
+from tc_programs import build, make_inputs
+
+
+def forward(case) -> list[str]:
+    algo = build(case)
+    graph = algo.graph(case.dtypes())
+    inputs = make_inputs(case)
+    with np.errstate(all="ignore"):
+        if not representable(graph, inputs) or \
+                infinity_times_rounded_zero(graph, inputs, executor_rounding):
+            raise NotATestCase()
+        out = pipeline.emulate(graph, None, dict(case.sizes), inputs, {}, "sm_90a")
+        ref = evaluate(graph, inputs)
+        if case.kind == "gemm":
+            return compare(out, ref, error_bounds(graph, inputs, executor_rounding))
+        return _attention_problems(graph, inputs, out["out"], ref["out"], case)
+
+
+def _attention_problems(graph, inputs, out, ref, case) -> list[str]:
+    values = node_values(graph, inputs)
+    # the scores: what the softmax's max over the keys reads (the tree has no reduction)
+    softmax_in = next(n for n in graph.nodes if n.op == "max").inputs[0]
+    scores = np.abs(np.asarray(values[softmax_in.uid], np.float64))
+    largest = scores[np.isfinite(scores)].max(initial=0.0)
+    tol = 8 * UNIT[dtype_of(case.dtype)] * max(1.0, largest) \
+        * max(1.0, np.abs(np.asarray(inputs["v"], np.float64)).max(initial=0.0))
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    keep = ~np.isnan(ref)
+    if not keep.any():
+        return []
+    err = np.abs(out[keep] - ref[keep])
+    if not np.isfinite(out[keep]).all():
+        return [f"out: {np.count_nonzero(~np.isfinite(out[keep]))} non-finite values where "
+                "the reference is finite"]
+    if err.max() > tol:
+        return [f"out: max abs error {err.max():.3g} > {tol:.3g}"]
+    return []
+
+
+def reproducer(case) -> str:
+    algo = build(case)
+    try:
+        source = to_source(algo.graph(case.dtypes()))
+    except Exception as e:           # a program plait cannot print: say so
+        source = f"# (no DSL source: {type(e).__name__}: {e})\n"
+    return "\n".join([source.rstrip(), f"# sizes: {case.sizes}", f"# dtypes: {case.dtypes()}",
+                      f"# inputs: tc_programs.make_inputs(case) with seed {case.seed}",
+                      f"# case: {case!r}"])

@@ -1,0 +1,157 @@
+"""Random programs that lower to tensor-core kernels, which the chain grammar of
+programs.py never reaches (its extents are too small for a GEMM, and it has no attention):
+
+  * a contraction sum(a * b, over="K") (a batch axis sometimes, operands in random storage
+    order) under a random epilogue;
+  * attention sum(softmax(mod(sum(q * k, over="D") * 0.125), over="T") * v, over="T") under a
+    random score modifier.
+
+The epilogue or modifier is a small tree over the contraction's value: grammar.py's bounded
+unary and binary ops, whose second operand is another tensor over some of the output's
+axes in random order and in any storage dtype (fp32, bf16, fp16, int32, int64), a constant
+or a position (`index`); and masks: `where` of a bool tensor or of a comparison of
+positions, filling -inf (attention) or 0. A structure is plain tuples (hypothesis prints
+and shrinks it); `build` makes the @algorithm.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+import plait.dsl as D
+from grammar import BINARY, UNARY, _binary, _unary, make_algorithm
+
+VALUE_DTYPES = ("fp32", "bf16", "fp16", "int32", "int64")
+GEMM_AXES = ("M", "N")
+ATTENTION_AXES = ("B", "H", "S", "T")
+
+
+@dataclass(frozen=True)
+class TcCase:
+    kind: str                 # "gemm" or "attention"
+    operands: tuple           # the contraction's: (name, axes) for a, b / q, k, v
+    extra: tuple              # the tree's tensors: (name, axes, dtype)
+    tree: tuple
+    sizes: dict
+    dtype: str                # of the contraction's operands: bf16 or fp16
+    seed: int
+
+    def dtypes(self) -> dict:
+        return {**{n: self.dtype for n, _ in self.operands},
+                **{n: dt for n, _, dt in self.extra}}
+
+
+@st.composite
+def _tensor(draw, extra: list, axes: tuple, dtypes: tuple):
+    """A new tensor over a non-empty subset of `axes`, in random order and dtype."""
+    chosen = draw(st.lists(st.sampled_from(axes), min_size=1, max_size=len(axes), unique=True))
+    name = f"t{len(extra)}"
+    extra.append((name, tuple(chosen), draw(st.sampled_from(dtypes))))
+    return ("t", name)
+
+
+@st.composite
+def _tree(draw, extra: list, axes: tuple, fill: float, depth: int):
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return ("acc",)
+    inner = draw(_tree(extra, axes, fill, depth - 1))
+    form = draw(st.sampled_from(("unary", "binary", "binary", "mask")))
+    if form == "unary":
+        return ("un", draw(st.sampled_from(UNARY)), inner)
+    if form == "binary":
+        leaf = draw(st.one_of(_tensor(extra, axes, VALUE_DTYPES),
+                              st.tuples(st.just("c"), st.sampled_from((0.5, -1.25, 3.0))),
+                              st.tuples(st.just("idx"), st.sampled_from(axes))))
+        # where(leaf > 0, ...) needs a tensor leaf: a constant's comparison is a Python bool
+        ops = BINARY if leaf[0] != "c" else tuple(o for o in BINARY if o != "where")
+        return ("bin", draw(st.sampled_from(ops)), inner, leaf)
+    if "S" in axes and draw(st.booleans()):          # a causal or windowed comparison
+        cond = ("cmp", draw(st.sampled_from(("causal", "window"))))
+    else:
+        cond = draw(_tensor(extra, axes, ("bool",)))
+    return ("mask", cond, inner, fill)
+
+
+def _leaf(leaf, env):
+    kind = leaf[0]
+    if kind == "t":
+        return env[leaf[1]]
+    if kind == "c":
+        return leaf[1]
+    return D.index(leaf[1])
+
+
+def _cond(cond, env):
+    if cond[0] == "t":
+        return env[cond[1]]
+    s, t = D.index("S"), D.index("T")
+    return t <= s if cond[1] == "causal" else D.logical_and(t <= s, s - t < 7)
+
+
+def trace(tree, acc, env):
+    kind = tree[0]
+    if kind == "acc":
+        return acc
+    if kind == "un":
+        return _unary(tree[1], trace(tree[2], acc, env))
+    if kind == "bin":
+        return _binary(tree[1], trace(tree[2], acc, env), _leaf(tree[3], env))
+    _, cond, inner, fill = tree
+    return D.where(_cond(cond, env), trace(inner, acc, env), fill)
+
+
+def build(case: TcCase):
+    def body(env):
+        if case.kind == "gemm":
+            return trace(case.tree, D.sum(env["a"] * env["b"], over="K"), env)
+        s = trace(case.tree, D.sum(env["q"] * env["k"], over="D") * 0.125, env)
+        return D.sum(D.softmax(s, over="T") * env["v"], over="T")
+    declared = {n: (dt,) for n, _, dt in case.extra if dt in ("bool", "int32", "int64")}
+    params = [(n, axes) for n, axes in case.operands] + \
+        [(n, axes + declared.get(n, ())) for n, axes, _ in case.extra]
+    return make_algorithm(params, body, f"tc_{case.kind}")
+
+
+@st.composite
+def tc_cases(draw):
+    kind = draw(st.sampled_from(("gemm", "attention")))
+    extra: list = []
+    odd = st.sampled_from((1, 7, 33, 67, 130, 151)) | st.integers(1, 160)
+    if kind == "gemm":
+        a = draw(st.sampled_from((("M", "K"), ("K", "M"))))
+        b = draw(st.sampled_from((("N", "K"), ("K", "N"))))
+        axes = GEMM_AXES
+        if draw(st.booleans()):
+            a, b, axes = ("B",) + a, ("B",) + b, ("B",) + GEMM_AXES
+        operands = (("a", a), ("b", b))
+        sizes = {"M": draw(odd), "N": draw(odd), "K": draw(odd), "B": draw(st.integers(1, 3))}
+        tree = draw(_tree(extra, axes, 0.0, 3))
+    else:
+        operands = (("q", ("B", "H", "S", "D")), ("k", ("B", "H", "T", "D")),
+                    ("v", ("B", "H", "T", "D")))
+        sizes = {"B": draw(st.integers(1, 2)), "H": draw(st.integers(1, 3)), "S": draw(odd),
+                 "T": draw(odd), "D": draw(st.sampled_from((16, 32, 64, 24)))}
+        tree = draw(_tree(extra, ATTENTION_AXES, float("-inf"), 3))
+    used = {a for _, axes in operands for a in axes} | {a for _, axes, _ in extra for a in axes}
+    sizes = {a: n for a, n in sizes.items() if a in used}
+    return TcCase(kind, operands, tuple(extra), tree, sizes,
+                  draw(st.sampled_from(("bf16", "fp16"))), draw(st.integers(0, 2**16)))
+
+
+def make_inputs(case: TcCase) -> dict:
+    """Normal floats in the case's dtypes, fair bools, integers in [-3, 3]."""
+    rng = np.random.default_rng(case.seed)
+    out = {}
+    for name, dt in case.dtypes().items():
+        axes = dict(case.operands).get(name) or next(a for n, a, _ in case.extra if n == name)
+        shape = tuple(case.sizes[a] for a in axes)
+        if dt == "bool":
+            out[name] = rng.random(shape) < 0.7
+        elif dt in ("int32", "int64"):
+            out[name] = rng.integers(-3, 4, shape).astype(dt)
+        else:
+            out[name] = rng.standard_normal(shape).astype(np.float32).astype(
+                D.dtype_of(dt).numpy)
+    return out
