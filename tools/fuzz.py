@@ -8,7 +8,7 @@ float64 reference and the reference against an independent torch float64
 interpretation; `grad` checks plait.autodiff.grad against torch autograd and runs the
 gradient program on the CPU executor; `all` does both per case; `tc` draws programs that
 lower to tensor-core kernels (GEMM epilogues, attention score modifiers: tc_programs.py)
-and runs their forward check (tc_checks.py). Every program the
+and runs their forward check, `tc-grad` their gradients' (tc_checks.py). Every program the
 executor runs is also compiled for sm_80 and sm_90a and assembled by ptxas (the wrapper
 tests/conftest.py installs). Each case runs in a worker process under a time limit (a
 case past it is a hang; the worker is replaced) and a memory limit. Every failure prints
@@ -29,7 +29,7 @@ from multiprocessing.connection import wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-KINDS = ("forward", "grad", "all", "tc")
+KINDS = ("forward", "grad", "all", "tc", "tc-grad")
 
 
 def setup() -> None:
@@ -62,8 +62,8 @@ def run_case(kind: str, seed: int) -> tuple[str, str]:
     import checks
     import draws
     from repro import reproducer
-    if kind == "tc":
-        return _run_tc_case(seed)
+    if kind in ("tc", "tc-grad"):
+        return _run_tc_case(seed, kind == "tc-grad")
     parts = ("forward", "grad") if kind == "all" else (kind,)
     status, report = "ok", []
     for part in parts:
@@ -90,14 +90,14 @@ def run_case(kind: str, seed: int) -> tuple[str, str]:
     return status, "\n".join(report)
 
 
-def _run_tc_case(seed: int) -> tuple[str, str]:
-    """A tensor-core program (tests/property/tc_programs.py): its forward check."""
+def _run_tc_case(seed: int, gradient: bool) -> tuple[str, str]:
+    """A tensor-core program (tests/property/tc_programs.py): its forward or gradient check."""
     import checks
     import tc_checks
     from tc_programs import tc_cases
-    case = draw_case(tc_cases(), seed)
+    case = draw_case(tc_cases(grad=gradient), seed)
     try:
-        problems = tc_checks.forward(case)
+        problems = (tc_checks.gradients if gradient else tc_checks.forward)(case)
     except checks.NotATestCase:
         return "skip", ""
     except Exception:

@@ -17,7 +17,7 @@ import numpy as np
 from bounds import UNIT, error_bounds, executor_rounding, infinity_times_rounded_zero, \
     node_values
 from checks import NotATestCase, compare, representable
-from plait.autodiff import to_source
+from plait.autodiff import grad, to_source
 from plait.dsl import dtype_of, evaluate
 from plait.lowering import pipeline
 from tc_programs import build, make_inputs
@@ -57,6 +57,54 @@ def _attention_problems(graph, inputs, out, ref, case) -> list[str]:
     if err.max() > tol:
         return [f"out: max abs error {err.max():.3g} > {tol:.3g}"]
     return []
+
+
+def gradients(case) -> list[str]:
+    """The derived gradient (wrt every float input) evaluated by the reference against
+    torch autograd in float64, then the gradient program on the CPU executor, in the
+    case's dtypes, against the reference: within 16 units of the dtype of the largest
+    gradient element (the streamed backward rounds the weights and their cotangents to
+    the inputs' dtype, as the forward does)."""
+    import torch
+    import tc_torch
+    algo = build(case)
+    dtypes = case.dtypes()
+    wrt = [n for n, dt in dtypes.items() if dt in ("fp32", "bf16", "fp16")]
+    bwd = grad(algo, wrt=wrt)
+    inputs = make_inputs(case)
+    with np.errstate(all="ignore"):
+        out = evaluate(algo.graph(dtypes), inputs)["out"]
+        if np.isnan(np.asarray(out, np.float64)).any() or \
+                not representable(algo.graph(dtypes), inputs):
+            raise NotATestCase()      # a query that sees no key: no gradient to agree on
+        rng = np.random.default_rng(case.seed + 1)
+        args = {**inputs, "dout": rng.standard_normal(np.shape(out)).astype(
+            dtype_of(case.dtype).numpy)}
+        graph = bwd.graph({**dtypes, "dout": case.dtype})
+        ref = evaluate(graph, args)
+    leaves = {n: torch.tensor(np.asarray(v, np.float64) if v.dtype != bool else v,
+                              requires_grad=n in wrt) for n, v in inputs.items()}
+    got = torch.autograd.grad(tc_torch.run(case, leaves), [leaves[n] for n in wrt],
+                              torch.tensor(np.asarray(args["dout"], np.float64)))
+    # A gradient through a masked -inf (a masked score divided by a tensor) is NaN in
+    # torch: such elements have no value to agree on and are left out.
+    defined = {n: np.isfinite(g.numpy()) for n, g in zip(wrt, got)}
+    problems = []
+    for n, g in zip(wrt, got):
+        r = np.asarray(ref[f"d{n}"], np.float64)[defined[n]]
+        err = np.abs(g.numpy()[defined[n]] - r).max(initial=0.0)
+        if not err <= 1e-6 * max(1.0, np.abs(r).max(initial=0.0)):
+            problems.append(f"d{n}: reference vs torch autograd, max abs error {err:.3g}")
+    with np.errstate(all="ignore"):
+        low = pipeline.emulate(graph, None, dict(case.sizes), args, {}, "sm_90a")
+    for n in wrt:
+        r = np.asarray(ref[f"d{n}"], np.float64)[defined[n]]
+        o = np.asarray(low[f"d{n}"], np.float64)[defined[n]]
+        tol = 16 * UNIT[dtype_of(case.dtype)] * max(1.0, np.abs(r).max(initial=0.0))
+        err = np.abs(o - r).max(initial=0.0)
+        if not err <= tol:
+            problems.append(f"d{n}: CPU executor, max abs error {err:.3g} > {tol:.3g}")
+    return problems
 
 
 def reproducer(case) -> str:

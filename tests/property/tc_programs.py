@@ -21,7 +21,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import plait.dsl as D
-from grammar import BINARY, UNARY, _binary, _unary, make_algorithm
+from grammar import BINARY, SMOOTH_BINARY, SMOOTH_UNARY, UNARY, _binary, _unary, make_algorithm
 
 VALUE_DTYPES = ("fp32", "bf16", "fp16", "int32", "int64")
 GEMM_AXES = ("M", "N")
@@ -53,19 +53,22 @@ def _tensor(draw, extra: list, axes: tuple, dtypes: tuple):
 
 
 @st.composite
-def _tree(draw, extra: list, axes: tuple, fill: float, depth: int):
+def _tree(draw, extra: list, axes: tuple, fill: float, depth: int, smooth: bool):
+    """A tree over the contraction's value; `smooth`: only ops differentiable wherever a
+    random input lands (a gradient case: no ties of relu, maximum or minimum)."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return ("acc",)
-    inner = draw(_tree(extra, axes, fill, depth - 1))
+    inner = draw(_tree(extra, axes, fill, depth - 1, smooth))
     form = draw(st.sampled_from(("unary", "binary", "binary", "mask")))
+    unary, binary = (SMOOTH_UNARY, SMOOTH_BINARY) if smooth else (UNARY, BINARY)
     if form == "unary":
-        return ("un", draw(st.sampled_from(UNARY)), inner)
+        return ("un", draw(st.sampled_from(unary)), inner)
     if form == "binary":
         leaf = draw(st.one_of(_tensor(extra, axes, VALUE_DTYPES),
                               st.tuples(st.just("c"), st.sampled_from((0.5, -1.25, 3.0))),
                               st.tuples(st.just("idx"), st.sampled_from(axes))))
         # where(leaf > 0, ...) needs a tensor leaf: a constant's comparison is a Python bool
-        ops = BINARY if leaf[0] != "c" else tuple(o for o in BINARY if o != "where")
+        ops = binary if leaf[0] != "c" else tuple(o for o in binary if o != "where")
         return ("bin", draw(st.sampled_from(ops)), inner, leaf)
     if "S" in axes and draw(st.booleans()):          # a causal or windowed comparison
         cond = ("cmp", draw(st.sampled_from(("causal", "window"))))
@@ -115,7 +118,7 @@ def build(case: TcCase):
 
 
 @st.composite
-def tc_cases(draw):
+def tc_cases(draw, grad=False):
     kind = draw(st.sampled_from(("gemm", "attention")))
     extra: list = []
     odd = st.sampled_from((1, 7, 33, 67, 130, 151)) | st.integers(1, 160)
@@ -127,13 +130,13 @@ def tc_cases(draw):
             a, b, axes = ("B",) + a, ("B",) + b, ("B",) + GEMM_AXES
         operands = (("a", a), ("b", b))
         sizes = {"M": draw(odd), "N": draw(odd), "K": draw(odd), "B": draw(st.integers(1, 3))}
-        tree = draw(_tree(extra, axes, 0.0, 3))
+        tree = draw(_tree(extra, axes, 0.0, 3, grad))
     else:
         operands = (("q", ("B", "H", "S", "D")), ("k", ("B", "H", "T", "D")),
                     ("v", ("B", "H", "T", "D")))
         sizes = {"B": draw(st.integers(1, 2)), "H": draw(st.integers(1, 3)), "S": draw(odd),
                  "T": draw(odd), "D": draw(st.sampled_from((16, 32, 64, 24)))}
-        tree = draw(_tree(extra, ATTENTION_AXES, float("-inf"), 3))
+        tree = draw(_tree(extra, ATTENTION_AXES, float("-inf"), 3, grad))
     used = {a for _, axes in operands for a in axes} | {a for _, axes, _ in extra for a in axes}
     sizes = {a: n for a, n in sizes.items() if a in used}
     return TcCase(kind, operands, tuple(extra), tree, sizes,

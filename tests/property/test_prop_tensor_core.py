@@ -1,9 +1,11 @@
 """Random programs that lower to tensor-core kernels (tc_programs.py): GEMMs under random
 epilogues and attention under random score modifiers, reading other tensors in every
 storage dtype and order, with masks of bool tensors and of positions. The CPU executor
-against the float64 reference; every program is also compiled for sm_80 and sm_90a and
+against the float64 reference, and their derived gradients against torch autograd (float64)
+and on the CPU executor; every program is also compiled for sm_80 and sm_90a and
 assembled (tests/conftest.py). The same family runs at scale as `tools/fuzz.py --kind tc`;
 it found the int32/int64 attention bias that did not compile."""
+import pytest
 from hypothesis import given, reject, settings
 
 import checks
@@ -17,6 +19,17 @@ from tc_programs import TcCase, tc_cases
 def test_tensor_core_program_matches_reference(case):
     try:
         problems = tc_checks.forward(case)
+    except checks.NotATestCase:
+        reject()
+    assert not problems, "\n".join(problems) + "\n" + tc_checks.reproducer(case)
+
+
+@settings(max_examples=scaled(8))
+@given(case=tc_cases(grad=True))
+def test_tensor_core_gradient_matches_torch_and_reference(case):
+    pytest.importorskip("torch")
+    try:
+        problems = tc_checks.gradients(case)
     except checks.NotATestCase:
         reject()
     assert not problems, "\n".join(problems) + "\n" + tc_checks.reproducer(case)
