@@ -4,13 +4,13 @@ programs.py never reaches (its extents are too small for a GEMM, and it has no a
   * a contraction sum(a * b, over="K") (a batch axis sometimes, operands in random storage
     order) under a random epilogue;
   * attention sum(softmax(mod(sum(q * k, over="D") * 0.125), over="T") * v, over="T") under a
-    random score modifier.
+    random score modifier, its heads H or grouped (G groups of R query heads sharing k, v).
 
 The epilogue or modifier is a small tree over the contraction's value: grammar.py's bounded
 unary and binary ops, whose second operand is another tensor over some of the output's
 axes in random order and in any storage dtype (fp32, bf16, fp16, int32, int64), a constant
 or a position (`index`); and masks: `where` of a bool tensor or of a comparison of
-positions, filling -inf (attention) or 0. A structure is plain tuples (hypothesis prints
+positions or of equal ids (packed documents), filling -inf (attention) or 0. A structure is plain tuples (hypothesis prints
 and shrinks it); `build` makes the @algorithm.
 """
 from __future__ import annotations
@@ -25,7 +25,6 @@ from grammar import BINARY, SMOOTH_BINARY, SMOOTH_UNARY, UNARY, _binary, _unary,
 
 VALUE_DTYPES = ("fp32", "bf16", "fp16", "int32", "int64")
 GEMM_AXES = ("M", "N")
-ATTENTION_AXES = ("B", "H", "S", "T")
 
 
 @dataclass(frozen=True)
@@ -70,11 +69,23 @@ def _tree(draw, extra: list, axes: tuple, fill: float, depth: int, smooth: bool)
         # where(leaf > 0, ...) needs a tensor leaf: a constant's comparison is a Python bool
         ops = binary if leaf[0] != "c" else tuple(o for o in binary if o != "where")
         return ("bin", draw(st.sampled_from(ops)), inner, leaf)
-    if "S" in axes and draw(st.booleans()):          # a causal or windowed comparison
+    form = draw(st.sampled_from(("cmp", "same", "bool") if "S" in axes else ("same", "bool")))
+    if form == "cmp":                                 # a causal or windowed comparison
         cond = ("cmp", draw(st.sampled_from(("causal", "window"))))
+    elif form == "same":                              # equal ids (packed documents)
+        cond = ("same", _ids(draw, extra, axes, "S" if "S" in axes else "M"),
+                _ids(draw, extra, axes, "T" if "T" in axes else "N"))
     else:
         cond = draw(_tensor(extra, axes, ("bool",)))
     return ("mask", cond, inner, fill)
+
+
+def _ids(draw, extra: list, axes: tuple, along: str) -> str:
+    """A new int32 tensor of ids 0 or 1 along `along` (and the batch, maybe)."""
+    over = (along,) + (("B",) if "B" in axes and draw(st.booleans()) else ())
+    name = f"id{len(extra)}"
+    extra.append((name, tuple(draw(st.permutations(over))), "int32"))
+    return name
 
 
 def _leaf(leaf, env):
@@ -89,6 +100,8 @@ def _leaf(leaf, env):
 def _cond(cond, env):
     if cond[0] == "t":
         return env[cond[1]]
+    if cond[0] == "same":
+        return env[cond[1]] == env[cond[2]]
     s, t = D.index("S"), D.index("T")
     return t <= s if cond[1] == "causal" else D.logical_and(t <= s, s - t < 7)
 
@@ -132,11 +145,14 @@ def tc_cases(draw, grad=False):
         sizes = {"M": draw(odd), "N": draw(odd), "K": draw(odd), "B": draw(st.integers(1, 3))}
         tree = draw(_tree(extra, axes, 0.0, 3, grad))
     else:
-        operands = (("q", ("B", "H", "S", "D")), ("k", ("B", "H", "T", "D")),
-                    ("v", ("B", "H", "T", "D")))
+        heads = ("H",) if draw(st.integers(0, 2)) else ("G", "R")    # grouped queries
+        kv = heads[:1]
+        operands = (("q", ("B",) + heads + ("S", "D")), ("k", ("B",) + kv + ("T", "D")),
+                    ("v", ("B",) + kv + ("T", "D")))
         sizes = {"B": draw(st.integers(1, 2)), "H": draw(st.integers(1, 3)), "S": draw(odd),
-                 "T": draw(odd), "D": draw(st.sampled_from((16, 32, 64, 24)))}
-        tree = draw(_tree(extra, ATTENTION_AXES, float("-inf"), 3, grad))
+                 "T": draw(odd), "D": draw(st.sampled_from((16, 32, 64, 24))),
+                 "G": draw(st.integers(1, 2)), "R": draw(st.integers(1, 3))}
+        tree = draw(_tree(extra, ("B",) + heads + ("S", "T"), float("-inf"), 3, grad))
     used = {a for _, axes in operands for a in axes} | {a for _, axes, _ in extra for a in axes}
     sizes = {a: n for a, n in sizes.items() if a in used}
     return TcCase(kind, operands, tuple(extra), tree, sizes,
@@ -144,7 +160,8 @@ def tc_cases(draw, grad=False):
 
 
 def make_inputs(case: TcCase) -> dict:
-    """Normal floats in the case's dtypes, fair bools, integers in [-3, 3]."""
+    """Normal floats in the case's dtypes, bools true 7 times in 10, integers in [-3, 3],
+    ids (`id` tensors) 0 or 1."""
     rng = np.random.default_rng(case.seed)
     out = {}
     for name, dt in case.dtypes().items():
@@ -152,6 +169,8 @@ def make_inputs(case: TcCase) -> dict:
         shape = tuple(case.sizes[a] for a in axes)
         if dt == "bool":
             out[name] = rng.random(shape) < 0.7
+        elif name.startswith("id"):
+            out[name] = rng.integers(0, 2, shape).astype(dt)
         elif dt in ("int32", "int64"):
             out[name] = rng.integers(-3, 4, shape).astype(dt)
         else:

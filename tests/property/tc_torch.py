@@ -8,7 +8,7 @@ import torch
 from torch_interp import _BINARY, _UNARY
 
 GEMM_OUT = ("B", "M", "N")
-SCORES = ("B", "H", "S", "T")
+SCORES = ("B", "H", "G", "R", "S", "T")
 
 
 def _over(t, axes, target, sizes):
@@ -39,6 +39,8 @@ def _trace(tree, acc, env, target, sizes):
     _, cond, inner, fill = tree
     if cond[0] == "t":
         keep = env[cond[1]]
+    elif cond[0] == "same":
+        keep = env[cond[1]] == env[cond[2]]
     else:
         s, t = _position("S", target, sizes), _position("T", target, sizes)
         keep = (t <= s) if cond[1] == "causal" else (t <= s) & (s - t < 7)
@@ -58,6 +60,8 @@ def run(case, leaves: dict):
         acc = torch.matmul(a, b.transpose(-1, -2))
         return _trace(case.tree, acc, env, target, sizes)
     q, k, v = leaves["q"], leaves["k"], leaves["v"]
+    if "R" in axes["q"]:             # a group's k and v serve its R query heads
+        k, v = k.unsqueeze(2), v.unsqueeze(2)
     scores = torch.matmul(q, k.transpose(-1, -2)) * 0.125
     p = torch.softmax(_trace(case.tree, scores, env, target, sizes), dim=-1)
     return torch.matmul(p, v)
