@@ -96,6 +96,9 @@ def tile_wgmma(r, sched: ContractionSchedule, sizes, where: str, spec, sms: int 
     if tk * es != SWIZZLE_BYTES:
         raise PlaitError(f"{where}.tile.{r.k}: {tk} x {es}-byte elements; a reduction tile is "
                          f"one {SWIZZLE_BYTES}-byte swizzle row ({SWIZZLE_BYTES // es} elements)")
+    if tm % 64 or tm < 64:
+        raise PlaitError(f"{where}.tile.{r.m}: {tm}; a wgmma consumer warpgroup takes 64 "
+                         "rows, so the tile is 64, 128 or 192")
     if tm != 64 * consumers:
         raise PlaitError(f"{where}.tile.{r.m}: {tm}; each of the {consumers} consumer "
                          f"warpgroups takes 64 rows, so the tile is {64 * consumers}")

@@ -112,6 +112,8 @@ def test_fp8_needs_k_major_operands():
 @pytest.mark.parametrize("contraction, message", [
     ({"tile": {"M": 128, "N": 256, "K": 32}}, "contraction.tile.K: 32"),
     ({"tile": {"M": 192, "N": 128}, "warpgroups": 2}, "contraction.tile.M: 192"),
+    ({"tile": {"M": 32, "N": 128}}, "contraction.tile.M: 32; a wgmma consumer warpgroup "
+                                    "takes 64 rows, so the tile is 64, 128 or 192"),
     ({"tile": {"M": 128, "N": 96}}, "contraction.tile.N: 96"),
     ({"tile": {"M": 128, "N": 256}, "stages": 6}, "shared memory"),
 ])
