@@ -9,7 +9,9 @@
 # torch: its GPU twins (TORCH_PATHS narrows them); pytest gets SIGINT at its timeout, so the
 # failures so far are still reported;
 # memcheck/racecheck/synccheck: tests/gpu/sanitize_examples.py under that tool ($SAN_ONLY picks
-# algorithms). Carry .whl (hypothesis and sortedcontainers for the fuzzer, fetched as the device's
+# algorithms, $SAN_ARGS adds arguments: SAN_ARGS="--size G=3 --size R=5" keeps racecheck of
+# grouped-query attention inside its time). FUZZ_KIND=tc or tc-grad fuzzes tensor-core
+# programs. Carry .whl (hypothesis and sortedcontainers for the fuzzer, fetched as the device's
 # README says) with the call. Logs go to $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PLAIT_CACHE_DIR=/tmp/plait-cache
@@ -35,7 +37,8 @@ for stage in ${STAGES:-fuzz tier memcheck}; do
     memcheck|racecheck|synccheck)
       extra=""; [ $stage = memcheck ] && extra="--report-api-errors no"
       timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $stage $extra --error-exitcode 1 \
-        python3 tests/gpu/sanitize_examples.py ${SAN_ONLY:+--only $SAN_ONLY} > "$OUT/$stage.log" 2>&1
+        python3 tests/gpu/sanitize_examples.py ${SAN_ONLY:+--only $SAN_ONLY} ${SAN_ARGS:-} \
+        > "$OUT/$stage.log" 2>&1
       echo "$stage rc=$?"; grep -E "ERROR SUMMARY|FAIL|sanitize_examples:" "$OUT/$stage.log" | tail -12 ;;
   esac
 done
