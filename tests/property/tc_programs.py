@@ -34,7 +34,7 @@ class TcCase:
     extra: tuple              # the tree's tensors: (name, axes, dtype)
     tree: tuple
     sizes: dict
-    dtype: str                # of the contraction's operands: bf16 or fp16
+    dtype: str                # of the contraction's operands: bf16, fp16 or (a GEMM's) fp8
     seed: int
     schedule: dict | None = None   # contraction tiles or a streamed tile (may be refused)
 
@@ -122,7 +122,10 @@ def trace(tree, acc, env):
 def build(case: TcCase):
     def body(env):
         if case.kind == "gemm":
-            return trace(case.tree, D.sum(env["a"] * env["b"], over="K"), env)
+            acc = D.sum(env["a"] * env["b"], over="K")
+            if case.dtype.startswith("fp8"):      # as examples/matmul_fp8.py writes it out
+                acc = D.cast(acc, "bf16")
+            return trace(case.tree, acc, env)
         s = trace(case.tree, D.sum(env["q"] * env["k"], over="D") * 0.125, env)
         return D.sum(D.softmax(s, over="T") * env["v"], over="T")
     declared = {n: (dt,) for n, _, dt in case.extra if dt in ("bool", "int32", "int64")}
@@ -138,9 +141,12 @@ def tc_cases(draw, grad=False):
     kind = ("gemm", "attention")[draw(st.integers(0, 255)) % 2]
     extra: list = []
     odd = st.sampled_from((1, 7, 33, 67, 130, 151)) | st.integers(1, 160)
+    dtype = draw(st.sampled_from(("bf16", "fp16") if grad or kind == "attention" else
+                                 ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")))
     if kind == "gemm":
-        a = draw(st.sampled_from((("M", "K"), ("K", "M"))))
-        b = draw(st.sampled_from((("N", "K"), ("K", "N"))))
+        fp8 = dtype.startswith("fp8")       # fp8 tensor cores read K-major operands only
+        a = draw(st.sampled_from((("M", "K"),) if fp8 else (("M", "K"), ("K", "M"))))
+        b = draw(st.sampled_from((("N", "K"),) if fp8 else (("N", "K"), ("K", "N"))))
         axes = GEMM_AXES
         if draw(st.booleans()):
             a, b, axes = ("B",) + a, ("B",) + b, ("B",) + GEMM_AXES
@@ -159,9 +165,8 @@ def tc_cases(draw, grad=False):
     used = {a for _, axes in operands for a in axes} | {a for _, axes, _ in extra for a in axes}
     sizes = {a: n for a, n in sizes.items() if a in used}
     schedule = draw(st.none() | (_gemm_schedules() if kind == "gemm" else _stream_schedules()))
-    return TcCase(kind, operands, tuple(extra), tree, sizes,
-                  draw(st.sampled_from(("bf16", "fp16"))), draw(st.integers(0, 2**16)),
-                  schedule)
+    return TcCase(kind, operands, tuple(extra), tree, sizes, dtype,
+                  draw(st.integers(0, 2**16)), schedule)
 
 
 @st.composite
