@@ -184,7 +184,6 @@ class Pool:
         try:
             self.loop(iter(range(a.seed, a.seed + a.cases)), start)
         except KeyboardInterrupt:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # `timeout` may pass on a second
             print(f"fuzz: stopped by a signal; {len(self.busy)} cases unfinished", flush=True)
             for p, _, _ in self.busy.values():
                 p.kill()
@@ -241,6 +240,9 @@ class Pool:
 
 
 def _interrupt(signum, frame):
+    # Ignore any further one first: `timeout` passes on a second, which arriving inside the
+    # cleanup of the first would lose the summary.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
