@@ -61,12 +61,17 @@ def test_output_plans_copy_exactly_where_strides_differ(shape, stride, copy):
     region = fx_runner.PlaitRegion.__new__(fx_runner.PlaitRegion)
     region.spec = type("Spec", (), {"outputs": (port,)})()
     region._outs = [(torch_shape, must_copy)]
-    result = torch.arange(float(torch.Size(shape).numel())).reshape(port.plait_shape)
-    (out,) = fx_runner.PlaitRegion._outputs(region, result)
-    assert out.shape == shape and torch.equal(out, result.reshape(shape))
-    if out.numel() > 1:
-        assert fx_runner._significant(out.stride(), shape) == \
-            fx_runner._significant(stride, shape)
+    region._finish = None
+    # the first call checks and plans; the second takes the plan (a new result each call)
+    for call in range(2):
+        result = torch.arange(float(torch.Size(shape).numel())).reshape(port.plait_shape) \
+            + call
+        (out,) = fx_runner.PlaitRegion._outputs(region, result)
+        assert out.shape == shape and torch.equal(out, result.reshape(shape))
+        if out.numel() > 1:
+            assert fx_runner._significant(out.stride(), shape) == \
+                fx_runner._significant(stride, shape)
+        assert region._finish == ((torch_shape, must_copy),)
 
 
 def test_an_output_not_as_declared_is_refused():
@@ -74,6 +79,7 @@ def test_an_output_not_as_declared_is_refused():
     region = fx_runner.PlaitRegion.__new__(fx_runner.PlaitRegion)
     region.spec = type("Spec", (), {"outputs": (port,)})()
     region._outs = [fx_runner._out_plan(port)]
+    region._finish = None
     with pytest.raises(fx_runner.PlaitError, match=r"output 0 is torch.float64 \[4, 6\]"):
         fx_runner.PlaitRegion._outputs(region, torch.zeros(4, 6, dtype=torch.float64))
     with pytest.raises(fx_runner.PlaitError, match=r"output 0 is torch.float32 \[6, 4\]"):
