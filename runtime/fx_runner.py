@@ -57,31 +57,31 @@ class PlaitRegion(torch.nn.Module):
             result = list(result.values())
         elif not isinstance(result, (tuple, list)):
             result = [result]
-        if self._finish is not None:    # checked at the first call: the handle's outputs
-            return [self._finished(r, shape, copy, p)     # keep their dtype, shape, strides
-                    for r, p, (shape, copy) in zip(result, self.spec.outputs, self._finish)]
-        outs, finish = [], []
-        for r, p, (shape, copy) in zip(result, self.spec.outputs, self._outs):
+        if self._finish is None:        # the first call: check, and plan what every call does
+            self._finish = self._plan_finish(result)
+        return [self._finished(r, shape, copy, p)         # keep their dtype, shape, strides
+                for r, p, (shape, copy) in zip(result, self.spec.outputs, self._finish)]
+
+    def _plan_finish(self, result) -> tuple:
+        """Per output, the reshape and whether a copy into torch's strides is needed, after
+        checking that the handle's outputs are what torch's graph says."""
+        if len(result) != len(self.spec.outputs):
+            raise PlaitError(f"plait returned {len(result)} outputs, the region has "
+                             f"{len(self.spec.outputs)}")
+        finish = []
+        for i, (r, p, (shape, copy)) in enumerate(zip(result, self.spec.outputs, self._outs)):
             if not isinstance(r, torch.Tensor):
                 r = torch.as_tensor(r)
             if r.dtype != p.dtype or r.shape != p.plait_shape:
-                raise PlaitError(f"output {len(outs)} is {r.dtype} {list(r.shape)}, torch's "
+                raise PlaitError(f"output {i} is {r.dtype} {list(r.shape)}, torch's "
                                  f"graph says {p.dtype} {list(p.plait_shape)}")
             if shape is not None:
                 r = r.reshape(shape)
             if not r.is_contiguous():     # not what the plan assumed: compare the strides
                 copy = r.numel() > 1 and _significant(r.stride(), p.shape) != \
                     _significant(p.stride, p.shape)
-            if copy:
-                r = torch.empty_strided(p.shape, p.stride, dtype=r.dtype,
-                                        device=r.device).copy_(r)
-            outs.append(r)
             finish.append((shape, copy))
-        if len(outs) != len(self.spec.outputs):
-            raise PlaitError(f"plait returned {len(outs)} outputs, the region has "
-                             f"{len(self.spec.outputs)}")
-        self._finish = tuple(finish)
-        return outs
+        return tuple(finish)
 
     @staticmethod
     def _finished(r, shape, copy: bool, p):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -51,6 +52,13 @@ OTHERS = [   # non-contraction examples at one odd size
     ("attention", "attention", {"B": 1, "H": 2, "S": 300, "T": 333, "D": 64}, DType.BF16),
     ("attention", "causal_attention", {"B": 1, "H": 2, "S": 300, "T": 333, "D": 64},
      DType.BF16),
+]
+# Rows longer than the registers hold, compiled again with reloaded rows switched on
+# (lowering/ir/simt_reload.py), so the pulled-load path is in the corpus while it is off by
+# default.
+LONG_ROWS = [
+    ("softmax", "softmax", {"M": 64, "N": 50257}, DType.BF16),
+    ("embedding", "cross_entropy", {"N": 64, "V": 50257}, None),
 ]
 
 
@@ -100,6 +108,12 @@ def main() -> None:
                 continue
             for label, digest in _digests(backward, dtype, sizes):
                 print(label, digest, flush=True)
+    os.environ["PLAIT_RELOAD_ROWS"] = "1"
+    for module, name, sizes, dtype in LONG_ROWS:
+        algo = getattr(importlib.import_module(module), name)
+        for program in (algo, grad(algo)):
+            for label, digest in _digests(program, dtype, sizes):
+                print("reloaded", label, digest, flush=True)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,8 @@ from . import gather
 from . import shifted_rows as shifted
 from .ptx_text import launch_bounds, llvm_to_ptx
 from .fragments import full as _full
-from .fragments import map_fragments as _map_now
 from .fragments import mask_and as _mask_and
-from .pulled import Pulled, any_pulled, pulled_map, solid
+from .pulled import Pulled, map_any, solid
 from ..limits import STATIC_SHARED_LIMIT
 from .arg_reduce import PairReductionEmitter
 from .indexing import IndexEmitter
@@ -149,7 +148,6 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         args = [self.values[a] if pulls else self.value(a) for a in op.args]
         if pulls and kind == "store" and op.attr("along"):
             args = [solid(a) for a in args]
-        _map = pulled_map if any_pulled(args) else _map_now
         if kind == "load":
             if op.attr("view") is not None:
                 return gather.view_load(self, op)
@@ -182,12 +180,12 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
             src = self.prog.ops[op.args[0]]
             if src.op == "load" and src.dtype != register_dtype(src.dtype):
                 # storage bits of a narrow float, left undecoded by the load
-                return _map(shape, lambda x: L.decode(b, x, src.dtype), args[0])
-            return _map(shape, lambda x: L.convert(b, x, op.dtype), args[0])
+                return map_any(shape, lambda x: L.decode(b, x, src.dtype), args[0])
+            return map_any(shape, lambda x: L.convert(b, x, op.dtype), args[0])
         if kind == "round":
             return self._rounded(op, args[0])
         if kind == "where":
-            return _map(shape, lambda c, x, y: b.select(c, x, y), *args)
+            return map_any(shape, lambda c, x, y: b.select(c, x, y), *args)
         if kind == "barrier":
             b.call(self.intr.get("llvm.nvvm.barrier0", ir.VoidType(), []), [])
             return None
@@ -205,17 +203,16 @@ class _Emitter(IndexEmitter, ReductionEmitter, PairReductionEmitter, ScanEmitter
         if kind == "reduce_done":
             return self._rounded(op, args[0])
         if len(args) == 1:
-            out = _map(shape, lambda x: L.unary(b, self.intr, kind, x), args[0])
+            out = map_any(shape, lambda x: L.unary(b, self.intr, kind, x), args[0])
         else:
-            out = _map(shape, lambda x, y: L.binary(b, self.intr, kind, x, y), *args)
+            out = map_any(shape, lambda x, y: L.binary(b, self.intr, kind, x, y), *args)
         return self._rounded(op, out)
 
     def _rounded(self, op, frag):
         target = op.attr("round")
         if target is None:
             return frag
-        make = pulled_map if isinstance(frag, Pulled) else _map_now
-        return make(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
+        return map_any(frag.shape, lambda x: L.round_to(self.b, self.intr, x, target), frag)
 
     def _pullable(self, op) -> bool:
         """A plain load of a buffer no op of this kernel writes (so making it later reads

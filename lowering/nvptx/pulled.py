@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .fragments import map_fragments
+
 
 class Pulled:
     """A fragment of `shape` whose element at `idx` is made by `make(self, idx)` (which
@@ -67,13 +69,17 @@ def pulled_map(shape, fn, *frags) -> Pulled:
     return Pulled(shape, lambda out, idx: out.put(idx, fn(*[element(f, idx) for f in frags])))
 
 
-def any_pulled(frags) -> bool:
-    return any(isinstance(f, Pulled) for f in frags)
+def map_any(shape, fn, *frags):
+    """`fn` over fragments broadcast to `shape`: pulled where any operand is pulled (so
+    nothing is made before it is read), else made now."""
+    if any(isinstance(f, Pulled) for f in frags):
+        return pulled_map(shape, fn, *frags)
+    return map_fragments(shape, fn, *frags)
 
 
-def fold_pulled(frag, shape, dims, combine, masked_element) -> np.ndarray:
-    """A thread's fold of `frag` (broadcast to `shape`) over fragment dims `dims`, element
-    by element in index order: the same left folds as the eager fold (the vector first,
+def fold_pulled(shape, dims, combine, masked_element) -> np.ndarray:
+    """A thread's fold of a pulled fragment (broadcast to `shape`) over fragment dims
+    `dims`, element by element in index order: the same left folds as the eager fold (the vector first,
     then the column's repetitions, or the row's), with each element made just before it
     is folded. `masked_element(idx)` is the element as the fold reads it (its identity
     outside the axis)."""

@@ -258,7 +258,7 @@ class ReductionEmitter:
             def masked_element(idx):
                 value = L.convert(self.b, frag[idx], op.dtype)
                 return self.b.select(self.in_bounds((axis,), *idx), value, start)
-            return fold_pulled(frag, shape, tuple(d for d in dims if shape[d] > 1),
+            return fold_pulled(shape, tuple(d for d in dims if shape[d] > 1),
                                lambda x, y: self._combine(kind, x, y), masked_element)
         full = np.broadcast_to(frag, shape)
         masked = np.empty(full.shape, dtype=object)

@@ -83,7 +83,7 @@ def test_pulled_fold_keeps_the_eager_association(shape, dims):
     combine = lambda x, y: f"({x}+{y})"   # noqa: E731
     want = _eager_fold(shape, tuple(d for d in dims if shape[d] > 1), combine, element)
     made.clear()
-    got = fold_pulled(None, shape, tuple(d for d in dims if shape[d] > 1), combine, element)
+    got = fold_pulled(shape, tuple(d for d in dims if shape[d] > 1), combine, element)
     assert got.shape == want.shape
     assert list(got.flat) == list(want.flat)
     assert made == list(np.ndindex(shape))     # each element made once, in index order

@@ -20,6 +20,7 @@ from draws import make_inputs
 from plait.autodiff import grad
 from plait.dsl import DType, PlaitError, evaluate
 from plait.lowering import pipeline
+from plait.lowering.target import DEFAULT_TARGET
 from plait.schedule import Schedule, validate
 from programs import build
 
@@ -55,17 +56,18 @@ def compare(outs, refs, bounds) -> list[str]:
     return problems
 
 
-def run_executor(graph, case, inputs, notes: list) -> dict:
-    """The executor's outputs, with the case's schedule when the compiler takes it."""
+def run_executor(graph, case, inputs, notes: list, target: str = DEFAULT_TARGET) -> dict:
+    """The executor's outputs (as compiled for `target`), with the case's schedule when the
+    compiler takes it for that target."""
     sizes = dict(case.sizes)
     if case.schedule is not None:
         try:
             schedule = validate(Schedule.from_dict({"algorithm": graph.name, **case.schedule}),
                                 graph)
-            return pipeline.emulate(graph, schedule, sizes, inputs, {})
+            return pipeline.emulate(graph, schedule, sizes, inputs, {}, target)
         except PlaitError as e:          # refused cleanly: the default mapping instead
             notes.append(f"schedule refused: {str(e).splitlines()[0]}")
-    return pipeline.emulate(graph, None, sizes, inputs, {})
+    return pipeline.emulate(graph, None, sizes, inputs, {}, target)
 
 
 def forward(case, notes=None, inf_rows=False) -> list[str]:

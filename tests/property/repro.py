@@ -8,13 +8,16 @@ from plait.schedule import Schedule
 from programs import build
 
 
-def reproducer(case, kind: str) -> str:
-    algo = build(case.structure, "repro")
+def source_of(algo, dtypes) -> str:
+    """The DSL source of `algo` at `dtypes`, or a comment saying why there is none."""
     try:
-        source = to_source(algo.graph(case.dtypes()))
+        return to_source(algo.graph(dtypes)).rstrip()
     except Exception as e:           # a program plait cannot trace or print: say so
-        source = f"# (no DSL source: {type(e).__name__}: {e})\n"
-    lines = [source.rstrip(), f"# sizes: {case.sizes}",
+        return f"# (no DSL source: {type(e).__name__}: {e})"
+
+
+def reproducer(case, kind: str) -> str:
+    lines = [source_of(build(case.structure, "repro"), case.dtypes()), f"# sizes: {case.sizes}",
              f"# dtypes: {({k: v.short for k, v in case.dtypes().items()})}",
              f"# inputs: draws.make_inputs(case) with seed {case.seed}"]
     if kind == "gradient":

@@ -16,11 +16,11 @@ import numpy as np
 
 from bounds import UNIT, error_bounds, executor_rounding, infinity_times_rounded_zero, \
     node_values
-from checks import NotATestCase, compare, representable
-from plait.autodiff import grad, to_source
-from plait.dsl import PlaitError, dtype_of, evaluate
+from checks import NotATestCase, compare, representable, run_executor
+from plait.autodiff import grad
+from plait.dsl import dtype_of, evaluate
 from plait.lowering import pipeline
-from plait.schedule import Schedule, validate
+from repro import source_of
 from tc_programs import build, make_inputs
 
 
@@ -32,24 +32,12 @@ def forward(case) -> list[str]:
         if not representable(graph, inputs) or \
                 infinity_times_rounded_zero(graph, inputs, executor_rounding):
             raise NotATestCase()
-        out = _run_executor(graph, case, inputs)
+        # sm_90a: a wgmma schedule is refused for sm_80, which would test the default
+        out = run_executor(graph, case, inputs, [], "sm_90a")
         ref = evaluate(graph, inputs)
         if case.kind == "gemm":
             return compare(out, ref, error_bounds(graph, inputs, executor_rounding))
         return _attention_problems(graph, inputs, out["out"], ref["out"], case)
-
-
-def _run_executor(graph, case, inputs) -> dict:
-    """The executor's outputs under the case's schedule where the compiler takes it for
-    sm_90a and sm_80 (a wgmma schedule is refused for sm_80: then the default)."""
-    if case.schedule is not None:
-        try:
-            schedule = validate(Schedule.from_dict({"algorithm": graph.name, **case.schedule}),
-                                graph)
-            return pipeline.emulate(graph, schedule, dict(case.sizes), inputs, {}, "sm_90a")
-        except PlaitError:
-            pass
-    return pipeline.emulate(graph, None, dict(case.sizes), inputs, {}, "sm_90a")
 
 
 def _attention_problems(graph, inputs, out, ref, case) -> list[str]:
@@ -122,11 +110,7 @@ def gradients(case) -> list[str]:
 
 
 def reproducer(case) -> str:
-    algo = build(case)
-    try:
-        source = to_source(algo.graph(case.dtypes()))
-    except Exception as e:           # a program plait cannot print: say so
-        source = f"# (no DSL source: {type(e).__name__}: {e})\n"
-    return "\n".join([source.rstrip(), f"# sizes: {case.sizes}", f"# dtypes: {case.dtypes()}",
+    return "\n".join([source_of(build(case), case.dtypes()), f"# sizes: {case.sizes}",
+                      f"# dtypes: {case.dtypes()}",
                       f"# inputs: tc_programs.make_inputs(case) with seed {case.seed}",
                       f"# schedule: {case.schedule}", f"# case: {case!r}"])
