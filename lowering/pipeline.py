@@ -172,6 +172,17 @@ def gemm_backend(g: GemmProgram):
     return backend
 
 
+def stream_backend(sk: StreamKernel):
+    """The module that compiles a streamed kernel for its instruction; each has
+    `emit_stream_llvm_ir(sk, entry)`, `stream_ptx(llvm_ir, sk, entry)` and
+    `stream_kernel(sk, entry)`."""
+    if sk.instruction == "wgmma":
+        from .stream import sm90 as backend
+    else:
+        from .stream import sm80 as backend
+    return backend
+
+
 def entry_name(kernel_name: str) -> str:
     """The kernel's PTX symbol: the name is the user's text, and LLVM takes only ASCII
     letters, digits and `_` in a symbol (a non-ASCII letter aborts it)."""
@@ -195,8 +206,7 @@ def compile_program(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dic
             kernels.append(gemm_backend(t).gemm_kernel(t, entry))
             continue
         if isinstance(t, StreamKernel):
-            from .stream.sm80 import stream_kernel
-            kernels.append(stream_kernel(t, entry))
+            kernels.append(stream_backend(t).stream_kernel(t, entry))
             continue
         shared = KernelView(t).shared_bytes
         dynamic = shared if shared > STATIC_SHARED_LIMIT else 0
@@ -288,9 +298,8 @@ def dump_stages(graph: AlgorithmGraph, schedule: Schedule | None, sizes: dict[st
             llir[t.name] = gemm_backend(t).emit_gemm_llvm_ir(t, entry)
             ptx[t.name] = gemm_backend(t).gemm_ptx(llir[t.name], t, entry)
         elif isinstance(t, StreamKernel):
-            from .stream.sm80 import emit_stream_llvm_ir, stream_ptx
-            llir[t.name] = emit_stream_llvm_ir(t, entry)
-            ptx[t.name] = stream_ptx(llir[t.name], t, entry)
+            llir[t.name] = stream_backend(t).emit_stream_llvm_ir(t, entry)
+            ptx[t.name] = stream_backend(t).stream_ptx(llir[t.name], t, entry)
         else:
             llir[t.name] = emit_llvm_ir(t, entry)
             ptx[t.name] = llvm_to_ptx(llir[t.name], target)

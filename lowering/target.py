@@ -12,6 +12,7 @@ outside the table is refused with the list of those it has:
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from plait.dsl.errors import PlaitError
@@ -50,6 +51,11 @@ class Target:
     stream_rows: int = 128
     stream_keys: int = 64
     stream_keys_wide: int = 32
+    # The same on wgmma (`streams_on_wgmma`): its m64nN products want the widest key tiles
+    # the registers allow (the scores take keys/2 of a thread's registers, the
+    # accumulator width/2); not yet measured.
+    stream_keys_wgmma: int = 128
+    stream_keys_wgmma_wide: int = 64       # past a head of 128
     # Streamed sums (attention's backward: dq over the keys, dk and dv over the queries):
     # rows per block in warps of 16, keys per step (fewer past a width of 64). Measured
     # on the H200, bf16, B4 H16 S1024 D128 and S4096 D64 (2026-12-03): rows 128 were 3-8%
@@ -93,6 +99,18 @@ TARGETS = {t.name: t for t in (
     Target("sm_90a", "+ptx80", 227 * 1024, 228 * 1024, 132, ("wgmma", "mma_sync"),
            ("sm_90", "sm_89", "sm_86", "sm_80"), _WGMMA),
 )}
+
+
+# Streamed kernels (attention) on wgmma where the target has it: off until the device
+# shows them at parity with mma.sync (issue "Attention past cuDNN"); stream/plan.py says
+# which plans it takes.
+STREAM_WGMMA_SWITCH = "PLAIT_STREAM_WGMMA"
+
+
+def streams_on_wgmma(instructions: tuple[str, ...]) -> bool:
+    """Whether streamed kernels of a target with these tensor-core instructions are
+    planned for wgmma (the switch is on and the target has it)."""
+    return "wgmma" in instructions and os.environ.get(STREAM_WGMMA_SWITCH, "0") == "1"
 
 
 def get_target(name: str) -> Target:

@@ -165,14 +165,21 @@ def _multiprocessors() -> int | None:
     return driver.multiprocessors() if driver.gpu_available() else None
 
 
+def lowering_switches() -> tuple[bool, ...]:
+    """The lowering's switches read from the environment (each changes what a program
+    compiles to, so the in-process memos are keyed by them)."""
+    from plait.lowering.ir import shifted_rows, simt_reload
+    from plait.lowering.target import STREAM_WGMMA_SWITCH
+    return (shifted_rows.enabled(), simt_reload.enabled(),
+            os.environ.get(STREAM_WGMMA_SWITCH, "0") == "1")
+
+
 def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: str):
     """The compiled Program: from this process's memo, the disk cache, or the compiler."""
     import plait
     from plait.lowering import pipeline
-    from plait.lowering.ir import shifted_rows, simt_reload
     sms = _multiprocessors()
-    # lowering switches read from the environment
-    switches = (shifted_rows.enabled(), simt_reload.enabled())
+    switches = lowering_switches()
     fast = (id(graph), id(schedule), tuple(sizes.items()), aligned, target, sms, switches)
     hit = _by_identity.get(fast)
     if hit is not None and hit[0] is graph and hit[1] is schedule:
@@ -243,9 +250,8 @@ def _value_key(value):
 def _run_key(algo, args, kwargs, schedule, device, target):
     if isinstance(schedule, dict):            # may be edited in place between calls
         return None
-    from plait.lowering.ir import shifted_rows, simt_reload
     parts = [id(algo), _schedule_key(schedule), device, target, len(args),
-             shifted_rows.enabled(), simt_reload.enabled()]   # lowering switches (environment)
+             lowering_switches()]
     for value in args:
         k = _value_key(value)
         if k is None:

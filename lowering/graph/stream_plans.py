@@ -12,6 +12,7 @@ from plait.schedule.kernel_names import kernel_name
 from plait.schedule.model import WAVE, AxisBlock, KernelSchedule
 
 from ..artifact import Buffer
+from ..target import streams_on_wgmma
 from .kernel_plan import KernelPlan, block_axes, completed, iteration_axes, schedule_for
 from .streaming import NotStreamable, Stream, check_sizes, find_stream, logsumexp_logits
 from .streaming_sums import StreamedSums
@@ -180,8 +181,12 @@ def stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> K
     defaults = target_defaults(instruction)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
-    wide = max(sizes[st.depth], sizes[st.cols] if st.cols else 0) > 64
-    default_keys = defaults.stream_keys_wide if wide else defaults.stream_keys
+    widest = max(sizes[st.depth], sizes[st.cols] if st.cols else 0)
+    if streams_on_wgmma(defaults.instructions):
+        default_keys = defaults.stream_keys_wgmma_wide if widest > 128 else \
+            defaults.stream_keys_wgmma
+    else:
+        default_keys = defaults.stream_keys_wide if widest > 64 else defaults.stream_keys
     keys = dict(ks.stream).get(st.keys, default_keys) if ks.stream else default_keys
     if rows == WAVE or rows % 16 or not 16 <= rows <= 256:
         raise kernel_error(schedule, name, f"grid.{st.rows}", "a streamed kernel takes query "

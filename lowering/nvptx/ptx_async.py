@@ -141,3 +141,19 @@ def wgmma(b, acc: list, desc_a, desc_b, n: int, k: int, kind: str, kind_b: str,
     ret = ir.LiteralStructType([L.F32] * count)
     out = _asm(b, text, cons, [*acc, desc_a, desc_b, L.i32(1)], ret)
     return [b.extract_value(out, i) for i in range(count)]
+
+
+def wgmma_registers_a(b, acc: list, a: list, desc_b, n: int, kind: str, trans_b: bool) -> list:
+    """acc += A(64 x 16) B(16 x n): A from this warpgroup's registers (four 32-bit words of
+    16-bit pairs a thread, each warp its 16 rows in mma.sync's m16n8k16 A layout), B from
+    a shared-memory descriptor; fp32 accumulators."""
+    count = len(acc)
+    ds = ", ".join(f"${i}" for i in range(count))
+    words = ", ".join(f"${2 * count + i}" for i in range(4))
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${2 * count + 5}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{ds}}}, "
+            f"{{{words}}}, ${2 * count + 4}, p, 1, 1, {int(trans_b)}; }}")
+    cons = ",".join(["=f"] * count + [str(i) for i in range(count)] + ["r"] * 4 + ["l", "r"])
+    ret = ir.LiteralStructType([L.F32] * count)
+    out = _asm(b, text, cons, [*acc, *a, desc_b, L.i32(1)], ret)
+    return [b.extract_value(out, i) for i in range(count)]

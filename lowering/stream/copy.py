@@ -1,6 +1,7 @@
-"""Threads of a streamed kernel copying its tiles into swizzled shared memory.
+"""Threads of a streamed kernel copying its tiles into swizzled shared memory (where a
+chunk goes is the emitter's `place`: each instruction reads its own arrangement).
 
-`em` is the kernel emitter (stream.sm80._Emitter): builder, arguments, sizes, the
+`em` is the kernel emitter (stream/emitter.py): builder, arguments, sizes, the
 thread index and the tensors' batch offsets. Every thread copies 16-byte chunks with
 cp.async; a chunk outside the tensor (rows past the end, the head's padding) is
 zero-filled, so the products need no masks along the padded axes.
@@ -43,7 +44,7 @@ def copy_rows(em, name: str, rows_axis: str, row0, n_rows: int, width: int,
                               b.zext(b.mul(chunk, L.i32(8)), L.I64)))
         ptr = b.gep(src, [b.mul(element, ir.Constant(L.I64, 2))])
         ptr = b.ptrtoint(b.select(valid, ptr, src), L.I64)
-        dst = b.add(dst_base, swizzled(b, row, chunk, padded * 2))
+        dst = b.add(dst_base, em.place(row, chunk, n_rows, padded))
         if (i + 1) * sk.threads > total:
             with b.if_then(b.icmp_signed("<", q, L.i32(total))):
                 P.cp_async_16(b, dst, ptr, valid)

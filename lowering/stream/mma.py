@@ -1,6 +1,6 @@
 """The products of a streamed kernel's step on mma.sync m16n8k16, fragment by fragment.
 
-`em` is the kernel emitter (stream.sm80._Emitter). Values are dicts keyed by register
+`em` is the kernel emitter (stream/emitter.py). Values are dicts keyed by register
 position (row slot, (8-column block, column of the pair)); slot r of a warp is its rows
 8r + lane/4: m block i holds slots 2i and 2i+1. Two products:
 

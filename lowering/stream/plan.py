@@ -1,7 +1,7 @@
 """The plan of a streamed kernel: its tile program with the tiles and widths fixed.
 
 Plain data (no llvmlite): the pipeline builds it, prints it into the specialization key
-and hands it to the backend (`stream/sm80.py`) or the CPU executor (`stream_emulate.py`).
+and hands it to the backend (`stream/emitter.py`) or the CPU executor (`stream_emulate.py`).
 
 Every streamed kernel has the same frame: a block takes `rows` rows of one batch index
 and walks the streamed axis `keys` at a time. Its tensors are tiles of two kinds:
@@ -10,12 +10,12 @@ and streamed tiles, over the keys (k and v), copied each step into one of two st
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plait.dsl.errors import PlaitError
 
 from ..graph.streaming import Stream
-from ..target import get_target
+from ..target import get_target, streams_on_wgmma
 from ..tileir.tile import TileProgram
 
 STAGES = 2                       # streamed tiles in shared memory: one computed, one landing
@@ -54,6 +54,7 @@ class StreamKernel:
     widths: tuple[tuple[str, int], ...]    # every width axis and its size, compiled in
     row_blocks: int = 1           # 16-row m blocks per warp (each streamed fragment serves all)
     scattered: tuple[str, ...] = ()   # fp32 buffers [batch, keys, width] added into per step
+    instruction: str = "mma_sync"     # or "wgmma" (stream/sm90.py; `wgmma_refusal`)
 
     @property
     def name(self) -> str:
@@ -140,7 +141,8 @@ class StreamKernel:
     def text(self) -> str:
         tiles = lambda ts: ", ".join(f"{t.name}[{t.axis},{t.width_axis}={t.width}]"  # noqa: E731
                                      for t in ts)
-        return (f"streamed kernel {self.name} ({self.target}, mma.sync): {self.rows} rows of "
+        shown = "mma.sync" if self.instruction == "mma_sync" else self.instruction
+        return (f"streamed kernel {self.name} ({self.target}, {shown}): {self.rows} rows of "
                 f"{self.rows_axis} per block in {self.warps} warps of {self.rows_per_warp}, "
                 f"{self.keys_axis} in steps of {self.keys}" +
                 "".join(f" for each {a}" for a in self.folded) +
@@ -158,6 +160,25 @@ def _offset(tiles, name: str, n_rows: int) -> int:
             return at
         at += t.tile_bytes(n_rows)
     raise KeyError(name)
+
+
+def wgmma_refusal(sk: StreamKernel, warps: int | None) -> str | None:
+    """Why streamed kernel `sk` cannot run on wgmma (stream/sm90.py), or None: a warpgroup
+    takes 64 rows in 4 warps of 16; its operands are 16-bit floats in whole 128-byte
+    panels (64 columns); a product is at most 256 wide."""
+    if sk.scattered:
+        return "its loop adds a product over its rows into memory (mma.sync only)"
+    if sk.rows % 64 or (warps is not None and warps != sk.rows // 16):
+        return f"{sk.rows} rows per block are not warpgroups of 64 rows in 4 warps"
+    if sk.keys % 16 or sk.keys > 256:
+        return f"{sk.keys} keys per step are not a wgmma width (16 to 256 by 16)"
+    for t in sk.residents + sk.streamed:
+        dtype = next(b.dtype for b in sk.tile.buffers if b.name == t.name)
+        if dtype.short not in ("bf16", "fp16"):
+            return f"{t.name} is {dtype}, not bf16 or fp16"
+        if t.pad % 64 or t.pad > 256:
+            return f"{t.name}'s width {t.width} is not 64, 128, 192 or 256"
+    return None
 
 
 def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> StreamKernel:
@@ -190,6 +211,9 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
                       streamed, tuple(name for name, _ in plan.outputs
                                       if name not in scattered),
                       tuple(sorted(widths.items())), rows // (16 * warps), scattered)
+    if streams_on_wgmma(get_target(target).instructions) and \
+            wgmma_refusal(sk, plan.schedule.warps) is None:
+        sk = replace(sk, row_blocks=1, instruction="wgmma")
     limit = get_target(target).shared_per_block
     if sk.shared_bytes > limit:
         raise PlaitError(f"kernel {plan.name}: {rows} rows per block and {keys} keys per step "

@@ -1,9 +1,10 @@
-"""The ops of a streamed step on register elements (stream/sm80.py's emitter mixes this
+"""The ops of a streamed step on register elements (stream/emitter.py's emitter mixes this
 in): each value is a dict from register position (row slot, column block and pair) to an
-LLVM value, in the layout the module docstring of sm80.py describes. Products go to
-stream/mma.py, one element's arithmetic to nvptx/elements.py; here are the loads of
-other tensors (their index clamped inside), the row reductions (the thread's columns,
-then its quad by shuffles) and the stores (adjacent column pairs as one)."""
+LLVM value, in the layout the module docstring of emitter.py describes. Products go to
+the emitter's instruction (`scores`, `weighted`), one element's arithmetic to
+nvptx/elements.py; here are the loads of other tensors (their index clamped inside), the
+row reductions (the thread's columns, then its quad by shuffles) and the stores
+(adjacent column pairs as one)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..cpu import mathfns
 from ..nvptx import ops as L
 from ..nvptx.elements import clamped_element, scalar_op
 from ..nvptx.ptx_memory import asm_store
-from .mma import scatter, scores, to_scratch, weighted
+from .mma import scatter, to_scratch
 
 
 class StepOps:
@@ -50,12 +51,12 @@ class StepOps:
                            self._operand_of(op.args[1]))     # atomic_add's product
                 return
             if op.attr("over") == sk.keys_axis:
-                self.values[op.id] = weighted(self, self.values[op.args[0]],
-                                              self.values[op.args[2]],
-                                              self._operand_of(op.args[1]))
+                self.values[op.id] = self.weighted(self.values[op.args[0]],
+                                                   self.values[op.args[2]],
+                                                   self._operand_of(op.args[1]))
             else:
-                self.values[op.id] = scores(self, self._operand_of(op.args[0]),
-                                            self._operand_of(op.args[1]))
+                self.values[op.id] = self.scores(self._operand_of(op.args[0]),
+                                                 self._operand_of(op.args[1]))
             return
         if op.attr("mask") is not None and not self.masked:
             self.values[op.id] = self.values[op.args[1]]   # the tile is whole: no mask
