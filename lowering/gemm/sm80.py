@@ -31,6 +31,7 @@ from .epilogue import EpilogueEmitter
 from .plan import GemmProgram
 from .tiles import MMA_K, warp_grid
 from ..nvptx.ptx_memory import asm_store
+from ..nvptx.swizzle import swizzled
 
 
 # Register copies (rows of 2-byte pitch) share the threads with the accumulators: few
@@ -90,11 +91,7 @@ class _Emitter(KernelEmitter):
         return strides(self, axes)
 
     def swizzled(self, row, chunk, row_bytes: int):
-        """Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile: the chunk's
-        position inside its 128-byte line XORed with row % 8."""
-        b = self.b
-        linear = b.add(b.mul(row, L.i32(row_bytes)), b.shl(chunk, L.i32(4)))
-        return b.xor(linear, b.shl(b.and_(row, L.i32(7)), L.i32(4)))
+        return swizzled(self.b, row, chunk, row_bytes)
 
     # ---- the kernel ---------------------------------------------------------------
     def _body(self) -> None:

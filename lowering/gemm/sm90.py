@@ -23,6 +23,7 @@ from ..nvptx import ptx_mma as MMA
 from ..nvptx.kernel import KernelEmitter, loop, plain_args, tile_coordinates
 from .copy import TileCopy, strides
 from ..nvptx.ptx_memory import asm_store
+from ..nvptx.swizzle import paneled
 from .epilogue import EpilogueEmitter
 from .plan import WGMMA_TYPES, GemmProgram
 from .tiles import SWIZZLE_BYTES
@@ -223,13 +224,8 @@ class _GemmEmitter(KernelEmitter):
         op = g.a if which == "a" else g.b
         rows_axis, row0, rows = (g.m, self.m0, g.tile_m) if which == "a" else \
             (g.n, self.n0, g.tile_n)
-        lines = SWIZZLE_BYTES // 16                   # 16-byte chunks per swizzle row
-
-        def dst(row, chunk):
-            box = b.udiv(chunk, L.i32(lines))          # MN-major: 64-wide column boxes
-            within = b.xor(b.urem(chunk, L.i32(lines)), b.urem(row, L.i32(8)))
-            return b.add(b.mul(box, L.i32(g.tile_k * SWIZZLE_BYTES)),
-                         b.add(b.mul(row, L.i32(SWIZZLE_BYTES)), b.shl(within, L.i32(4))))
+        def dst(row, chunk):                           # MN-major: 64-wide column boxes
+            return paneled(b, row, chunk, g.tile_k * SWIZZLE_BYTES)
         row_bytes = SWIZZLE_BYTES if op.k_major else rows * op.dtype.itemsize
         return TileCopy(self, op, rows_axis, row0, rows, row_bytes, tid, 128,
                         getattr(g, f"{which}_access"), dst, COPY_IN_FLIGHT)

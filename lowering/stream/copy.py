@@ -14,13 +14,6 @@ from ..nvptx import ops as L
 from ..nvptx import ptx_mma as P
 
 
-def swizzled(b, row, chunk, row_bytes: int):
-    """Byte offset of 16-byte chunk `chunk` of row `row`: the chunk's place in its
-    128-byte line XORed with row % 8 (8 rows of one chunk land in 8 distinct banks)."""
-    linear = b.add(b.mul(row, L.i32(row_bytes)), b.shl(chunk, L.i32(4)))
-    return b.xor(linear, b.shl(b.and_(row, L.i32(7)), L.i32(4)))
-
-
 def copy_rows(em, name: str, rows_axis: str, row0, n_rows: int, width: int,
                padded: int, dst_base) -> None:
     """cp.async rows row0 .. row0+n_rows of tensor `name` ([batch, rows, width],

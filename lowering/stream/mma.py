@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..nvptx import ops as L
 from ..nvptx import ptx_mma as P
-from .copy import swizzled as _swizzled
+from ..nvptx.swizzle import swizzled as _swizzled
 
 
 def lane_parts(em):

@@ -9,7 +9,7 @@ they take at most 32 registers (else again each step).
 from __future__ import annotations
 
 from ..artifact import CompiledKernel
-from .copy import swizzled
+from ..nvptx.swizzle import swizzled
 from .emitter import StreamEmitter, compiled, stream_ptx
 from .mma import fragments, scores, tile_offsets, weighted
 from .plan import StreamKernel

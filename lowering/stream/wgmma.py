@@ -26,19 +26,17 @@ from __future__ import annotations
 
 from ..nvptx import ops as L
 from ..nvptx import ptx_async as A
+from ..nvptx.swizzle import LINE
+from ..nvptx.swizzle import paneled as panels
 
-LINE = 128                     # bytes of a panel's row: the swizzle's line
 GROUP = 8 * LINE               # an 8-row swizzle group
 KINDS = {"bf16": "bf16", "fp16": "f16"}
 
 
 def paneled(b, row, chunk, n_rows: int):
-    """Byte offset of 16-byte chunk `chunk` (i32) of row `row` (i32) in a tile of `n_rows`
-    rows stored as 64-column panels."""
-    panel = b.lshr(chunk, L.i32(3))
-    within = b.xor(b.and_(chunk, L.i32(7)), b.and_(row, L.i32(7)))
-    return b.add(b.mul(panel, L.i32(n_rows * LINE)),
-                 b.add(b.mul(row, L.i32(LINE)), b.shl(within, L.i32(4))))
+    """Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `n_rows` rows stored
+    as 64-column panels."""
+    return panels(b, row, chunk, n_rows * LINE)
 
 
 def _kind(em, t) -> str:
