@@ -6,8 +6,9 @@
 Workloads: bench/attention.py's quick set (B4 H16 S=T 1024 D128, plain and causal; S4096
 D64) and D128 at S4096. Both plait variants are compiled in the same process (the
 switch is read when a kernel is planned; the plan's text, in the cache key, names the
-instruction) and checked against SDPA before timing. --keys sets the wgmma key tile
-(a schedule's stream.T; the default is the target table's). CUDA-graph replay medians
+instruction) and checked against SDPA before timing. --keys and --rows set the wgmma
+key tile and query rows per block (a schedule's stream.T and grid.S; the defaults are
+the target table's). CUDA-graph replay medians
 (bench/timing.py), TFLOP/s as bench/attention.py counts them; the last lines are a
 table: per workload each contender's median and wgmma over mma.sync and over cuDNN,
 with the spread of that ratio over the repeats.
@@ -32,13 +33,14 @@ WORKLOADS = [Workload(4, 16, 1024, 1024, 128, False), Workload(4, 16, 1024, 1024
              Workload(4, 16, 4096, 4096, 128, True)]
 
 
-def plait_variant(q, k, v, w: Workload, wgmma: bool, keys: int | None):
+def plait_variant(q, k, v, w: Workload, wgmma: bool, keys: int | None, rows: int | None):
     import plait
     algo = load_example(example_for(w))
     qg = grouped_view(q, w)
     schedule = None
-    if wgmma and keys:
-        schedule = {"algorithm": algo.name, "stream": {"T": keys}}
+    if wgmma and (keys or rows):
+        schedule = {"algorithm": algo.name, **({"stream": {"T": keys}} if keys else {}),
+                    **({"grid": {"S": rows}} if rows else {})}
     os.environ[SWITCH] = "1" if wgmma else "0"
     try:        # the first call plans and builds the kernels: under the switch
         handle = plait.compile(algo, like=(qg, k, v), scale=w.scale, schedule=schedule)
@@ -53,6 +55,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keys", type=int)
+    ap.add_argument("--rows", type=int, help="query rows per block on wgmma (64 a warpgroup)")
     args = ap.parse_args()
     lines = []
     for w in WORKLOADS:
@@ -63,7 +66,7 @@ def main():
                 if who in PEERS:
                     fn = sdpa(who, q, k, v, w)
                 else:
-                    fn, on = plait_variant(q, k, v, w, who == "wgmma", args.keys)
+                    fn, on = plait_variant(q, k, v, w, who == "wgmma", args.keys, args.rows)
                     print(f"  {w.name:36s} {who:8s} wgmma in its PTX: {on}", flush=True)
                 fn()
                 torch.cuda.synchronize()

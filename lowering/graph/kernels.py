@@ -41,6 +41,7 @@ from plait.dsl.sort import walks_rows
 from .stream_staging import stage_sums
 from .kernel_plan import (REDUCE_OPS, KernelGraph, KernelPlan, group_kernel_name,
                           iteration_axes, schedule_for)
+from .stream_split import key_splits, split_stream
 from .stream_plans import find_streams, may_stream, plan_sums, stream_plan, target_defaults
 
 SPLIT_K_QUANTUM = 128       # split-K ranges are multiples of this many elements
@@ -137,8 +138,15 @@ def build_kernel_graph(graph: AlgorithmGraph, schedule: Schedule | None,
             lse, node = st.saved_lse
             buffers.append(Buffer(lse, policy.storage_of(lse, node.dtype), node.axes, "output"))
         name = group_kernel_name(graph, [out], len(groups) + len(staged) + len(streamed))
-        planner.kernels.append(stream_plan(name, out, st, schedule, tensor_cores,
-                                            graph.axis_order, sizes))
+        plan = stream_plan(name, out, st, schedule, tensor_cores, graph.axis_order, sizes)
+        keys = dict(plan.schedule.stream)[st.keys]
+        splits = key_splits(st, sizes, dict(plan.schedule.grid)[st.rows], keys,
+                            multiprocessors)
+        if splits > 1:
+            split_stream(planner, name, out, st, splits, keys, lambda n, o, s, order: stream_plan(
+                n, o, s, schedule, tensor_cores, order, planner.sizes))
+        else:
+            planner.kernels.append(plan)
     if sums is not None:
         plan_sums(planner, sums, graph, schedule, tensor_cores, sizes, buffers)
     for group in groups.values():

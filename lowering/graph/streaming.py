@@ -57,11 +57,17 @@ class Stream:
     # (output name, node) of the softmax's log-sum-exp, written beside the output when the
     # forward saves it for the backward (`autodiff/saving.py`'s "lse")
     saved_lse: tuple[str, Node] | None = None
+    # (axis, keys each): the keys split into ranges, one per index along a derived axis
+    # (the first of `batch`); each range's normalised sum and log-sum-exp are stored for a
+    # finish kernel to combine (graph/stream_split.py)
+    split: tuple[str, int] | None = None
 
     def text(self) -> str:
         batch = f" batch [{','.join(self.batch)}]" if self.batch else ""
         if self.saved_lse is not None:
             batch += f", writing its log-sum-exp to {self.saved_lse[0]}"
+        if self.split is not None:
+            batch += f", {self.keys} split into ranges of {self.split[1]} along {self.split[0]}"
         if self.v is None:
             return (f"stream {self.keys}: log-sum-exp over {self.keys} of "
                     f"{self.q.attr('name')}.{self.k.attr('name')} (over {self.depth}), rows "

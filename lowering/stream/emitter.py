@@ -164,6 +164,7 @@ class StreamEmitter(StepOps, KernelEmitter):
             self._emit(op)
         self.key_steps = b.sdiv(b.add(self.size(sk.keys_axis), L.i32(sk.keys - 1)),
                                 L.i32(sk.keys))
+        self.split = loop_op.attr("split")
         for t in sk.residents:
             copy_rows(self, t.name, sk.rows_axis, self.m0, sk.rows, t.width, t.pad,
                       b.add(self.base, L.i32(sk.resident_offset(t.name))))
@@ -242,15 +243,27 @@ class StreamEmitter(StepOps, KernelEmitter):
         """The key tiles the loop visits, key_first up to key_first + key_span: with a
         position mask, those from the block's first tile the mask does not leave empty to
         its last (stream.masks; the empty ones between are skipped step by step), else
-        all of them."""
+        all of them; in a split stream, only those of the block's range."""
         b, sk = self.b, self.sk
-        self.key_first, self.key_span = L.i32(0), self.key_steps
-        if self.index_mask is None:
-            return
-        first, last_row, count = self.row_boxes[False]
-        first, end = self.masks.tile_range(self.index_mask, {sk.rows_axis: (first, last_row)},
+        first, end = L.i32(0), self.key_steps
+        if self.split is not None:        # this block's range of a split stream
+            part, chunk = self.split
+            first = b.mul(self.batch_index()[part], L.i32(chunk // sk.keys))
+            end = b.add(first, L.i32(chunk // sk.keys))
+            end = b.select(b.icmp_signed("<", end, self.key_steps), end, self.key_steps)
+        if self.index_mask is not None:
+            row0, last_row, count = self.row_boxes[False]
+            lo, hi = self.masks.tile_range(self.index_mask, {sk.rows_axis: (row0, last_row)},
                                            {sk.rows_axis: count}, sk.keys_axis, sk.keys,
                                            self.key_steps, level=False)
+            if self.split is None:
+                first, end = lo, hi
+            else:
+                first = b.select(b.icmp_signed(">", lo, first), lo, first)
+                end = b.select(b.icmp_signed("<", hi, end), hi, end)
+        elif self.split is None:
+            self.key_first, self.key_span = first, end
+            return
         span = b.sub(end, first)
         self.key_first = b.select(b.icmp_signed(">", span, L.i32(0)), first, L.i32(0))
         self.key_span = b.select(b.icmp_signed(">", span, L.i32(0)), span, L.i32(0))

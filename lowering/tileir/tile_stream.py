@@ -47,7 +47,8 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     m0 = b.emit("const", (), (), f32, value=NEG_INF)
     zero = b.emit("const", (), (), f32, value=0.0)
     carry = (m0, zero, zero) if st.v is not None else (m0, zero)
-    loop = b.emit("loop", carry, (), f32, axis=st.keys, step=step)
+    # A split stream's loop walks its index's range of the keys (graph/stream_split.py).
+    loop = b.emit("loop", carry, (), f32, axis=st.keys, step=step, split=st.split)
     m = b.emit("carried", (), rows, f32, loop=loop, index=0)
     l_ = b.emit("carried", (), rows, f32, loop=loop, index=1)
     acc = b.emit("carried", (), out_axes, f32, loop=loop, index=2) if st.v is not None else None
@@ -92,6 +93,10 @@ def build_stream_program(plan: KernelPlan, buffers: dict, policy: ResolvedPolicy
     one = b.emit("const", (), (), f32, value=1.0)
     inv = b.emit("recip", (b.emit("where", (none, one, l_end), rows, f32),), rows, f32)
     out = b.emit("mul", (acc_end, inv), out_axes, f32)
+    if st.split is not None:    # a range's sum and log-sum-exp, fp32, for the finish kernel
+        m_end = b.emit("result", (), rows, f32, loop=loop, index=0)
+        lse = b.emit("add", (b.emit("log", (l_end,), rows, f32), m_end), rows, f32)
+        return finish_program(b, plan, buffers, out, lse)   # -inf where l = 0
     stored = (_finish(b, st, out, out_axes),)
     if st.saved_lse is not None:
         m_end = b.emit("result", (), rows, f32, loop=loop, index=0)
