@@ -16,7 +16,8 @@ A row whose keys are all masked gets 0, as the unsplit stream gives it, and a sa
 log-sum-exp of +inf there (what the backward reads, `tile_stream._logsumexp`).
 
 Off by default until the device shows it faster (PLAIT_STREAM_SPLIT=1): `key_splits`
-then decides from the blocks the kernel would have against the target's SMs.
+then decides from the blocks the kernel would have against the target's SMs, and a
+block takes no more query rows than there are (graph/stream_plans.py).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from .streaming import Stream
 
 SWITCH = "PLAIT_STREAM_SPLIT"
 MIN_TILES = 8          # key tiles a range walks at least (its prologue is paid per range)
-BLOCKS_PER_SM = 2      # blocks a split aims at per SM
+THREADS_AIM = 1024     # threads a split aims to keep resident per SM (half of 2048):
+                       # decoding reads k and v once, at the bandwidth that many loads hold
 
 
 def enabled() -> bool:
@@ -42,16 +44,17 @@ def enabled() -> bool:
 
 def key_splits(st: Stream, sizes: dict[str, int], rows: int, keys: int,
                multiprocessors: int) -> int:
-    """Ranges of the keys: enough blocks for BLOCKS_PER_SM a SM, each range at least
-    MIN_TILES key tiles; 1 (no split) where the blocks fill the SMs already, for the
-    statistics kernel (no values) and when the switch is off."""
+    """Ranges of the keys: enough blocks (of warps of 16 rows) to keep THREADS_AIM threads
+    on every SM, each range at least MIN_TILES key tiles; 1 (no split) where the blocks
+    fill the SMs already, for the statistics kernel (no values) and when the switch is
+    off."""
     if not enabled() or st.v is None:
         return 1
     blocks = -(-sizes[st.rows] // rows)
     for axis in st.batch:
         blocks *= sizes[axis]
     tiles = -(-sizes[st.keys] // keys)
-    want = -(-BLOCKS_PER_SM * multiprocessors // blocks)
+    want = -(-multiprocessors * THREADS_AIM // (2 * rows * blocks))
     return max(1, min(want, tiles // MIN_TILES))
 
 

@@ -17,6 +17,7 @@ from plait.lowering.graph.stream_split import SWITCH
 from plait.lowering.pipeline import emulate, lower
 from plait.lowering.stream.plan import StreamKernel
 from plait.lowering.target import STREAM_WGMMA_SWITCH
+from plait.schedule import Schedule
 
 CASES = [
     (attention, {"B": 1, "H": 2, "S": 1, "T": 3001, "D": 64}),
@@ -134,9 +135,12 @@ def test_split_streams_on_wgmma(split, monkeypatch):
     monkeypatch.setenv(STREAM_WGMMA_SWITCH, "1")
     sizes = {"B": 1, "H": 2, "S": 3, "T": 3001, "D": 128}
     graph, inputs = _inputs(attention, sizes)
-    (sk,) = [t for t in _kernels(graph, sizes).threads if isinstance(t, StreamKernel)]
+    # a split block takes 16 rows for 3 by default (mma.sync); a warpgroup takes 64
+    schedule = Schedule.from_dict({"algorithm": "attention", "grid": {"S": 64}})
+    low = lower(graph, schedule, sizes, True, "sm_90a")
+    (sk,) = [t for t in low.threads if isinstance(t, StreamKernel)]
     assert sk.instruction == "wgmma" and sk.batch[0].startswith("T_splits")
-    out = emulate(graph, None, sizes, inputs, {"scale": 0.125}, "sm_90a")["out"]
+    out = emulate(graph, schedule, sizes, inputs, {"scale": 0.125}, "sm_90a")["out"]
     _close(out, evaluate(graph, {**inputs, "scale": 0.125})["out"])
 
 
@@ -150,3 +154,20 @@ def test_the_program_memo_keeps_split_and_unsplit_apart(monkeypatch, tmp_path):
     monkeypatch.setenv(SWITCH, "1")
     parted = get_program(graph, None, sizes, True, "sm_90a")
     assert len(whole.kernels) == 1 and len(parted.kernels) == 2
+
+
+def test_decoding_over_caches_of_their_own_lengths(split):
+    """examples/attention.py's decoding form: four query heads of a group as the rows,
+    each sequence's cache valid up to its length (ranges past it are empty)."""
+    from attention import decoding_attention
+    sizes = {"B": 3, "G": 2, "R": 4, "T": 4000, "D": 128}
+    graph = decoding_attention.graph({n: DType.BF16 for n in "qkv"})
+    rng = np.random.default_rng(11)
+    inputs = {"q": rng.standard_normal((3, 2, 4, 128)), "k": rng.standard_normal((3, 2, 4000, 128)),
+              "v": rng.standard_normal((3, 2, 4000, 128))}
+    inputs = {n: a.astype(ml_dtypes.bfloat16) for n, a in inputs.items()}
+    inputs["length"] = np.array([4000, 1, 2345], np.int32)
+    low = _kernels(graph, sizes)
+    assert any(k.name.endswith(".finish") for k in low.kernel_graph.kernels)
+    out = emulate(graph, None, sizes, inputs, {"scale": 0.125}, "sm_90a")["out"]
+    _close(out, evaluate(graph, {**inputs, "scale": 0.125})["out"])
