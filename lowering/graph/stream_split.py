@@ -33,6 +33,7 @@ from ..artifact import Buffer
 from .streaming import Stream
 
 SWITCH = "PLAIT_STREAM_SPLIT"
+FEW_ROWS = 64          # query rows (decoding, speculative tokens) whose blocks split
 MIN_TILES = 8          # key tiles a range walks at least (its prologue is paid per range)
 THREADS_AIM = 1024     # threads a split aims to keep resident per SM (half of 2048):
                        # decoding reads k and v once, at the bandwidth that many loads hold
@@ -44,15 +45,18 @@ def enabled() -> bool:
 
 def key_splits(st: Stream, sizes: dict[str, int], rows: int, keys: int,
                multiprocessors: int) -> int:
-    """Ranges of the keys: enough blocks (of warps of 16 rows) to keep THREADS_AIM threads
-    on every SM, each range at least MIN_TILES key tiles; 1 (no split) where the blocks
-    fill the SMs already, for the statistics kernel (no values) and when the switch is
-    off."""
+    """Ranges of the keys where the blocks are fewer than the SMs, or their query rows
+    FEW_ROWS or fewer: enough blocks (of warps of 16 rows) to keep THREADS_AIM threads on
+    every SM, each range at least MIN_TILES key tiles; 1 (no split) otherwise, for the
+    statistics kernel (no values) and when the switch is off."""
     if not enabled() or st.v is None:
         return 1
     blocks = -(-sizes[st.rows] // rows)
     for axis in st.batch:
         blocks *= sizes[axis]
+    if blocks >= multiprocessors and sizes[st.rows] > FEW_ROWS:
+        return 1       # every SM has a block of many rows, whose products keep it busy
+                       # (B1 H4 S8192 split in 3 took 6x the output in partials)
     tiles = -(-sizes[st.keys] // keys)
     want = -(-multiprocessors * THREADS_AIM // (2 * rows * blocks))
     return max(1, min(want, tiles // MIN_TILES))
