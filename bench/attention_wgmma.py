@@ -1,5 +1,6 @@
-"""plait's streamed attention forward on mma.sync (the default) and on wgmma
-(PLAIT_STREAM_WGMMA=1), beside SDPA's flash and cuDNN backends, bf16, in one run.
+"""plait's streamed attention forward on mma.sync (PLAIT_STREAM_WGMMA=0) and on wgmma
+(=1; the default at heads of 65-128), beside SDPA's flash and cuDNN backends, bf16, in
+one run.
 
     python bench/attention_wgmma.py [--repeat N] [--keys K]
 

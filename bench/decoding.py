@@ -1,7 +1,7 @@
 """Decoding attention: one query row per sequence over a long key cache, grouped queries
 (32 heads sharing 8 k, v heads), D128, bf16. plait's examples/attention.py
-`decoding_attention` (a group's 4 query heads as its rows; every key valid) as it runs
-by default and split along the keys (PLAIT_STREAM_SPLIT=1), and
+`decoding_attention` (a group's 4 query heads as its rows; every key valid) unsplit
+(PLAIT_STREAM_SPLIT=0) and split along the keys (the default), and
 `grouped_query_attention` (the query heads a batch axis) by default, beside SDPA's flash
 and cuDNN backends, in one run.
 
@@ -28,8 +28,8 @@ from timing import both  # noqa: E402
 H, KV, D = 32, 8, 128
 WORKLOADS = [(8, 4096), (8, 32768), (8, 131072), (64, 4096), (64, 32768)]
 VARIANTS = {"plait gqa": ("grouped_query_attention", {}),
-            "plait decoding": ("decoding_attention", {}),
-            "plait decoding split": ("decoding_attention", {"PLAIT_STREAM_SPLIT": "1"})}
+            "plait decoding": ("decoding_attention", {"PLAIT_STREAM_SPLIT": "0"}),
+            "plait decoding split": ("decoding_attention", {})}
 PEERS = ("flash", "cuDNN")
 
 

@@ -112,8 +112,8 @@ def decoding_attention(q: Tensor["B", "G", "R", "D"], k: Tensor["B", "G", "T", "
     """One new token per sequence against its key cache: the R query heads of group G are
     the rows, so each group's k and v are read once for all of them (torch's q
     [B, G*R, 1, D] viewed as [B, G, R, D]). A cache holds `length` valid keys of its T;
-    the key tiles past it are never visited. With PLAIT_STREAM_SPLIT=1 the keys are split
-    across blocks where the sequences and groups alone would not fill the GPU."""
+    the key tiles past it are never visited. The keys are split across blocks where the
+    sequences and groups alone would not fill the GPU (PLAIT_STREAM_SPLIT=0: not)."""
     s = sum(q * k, over="D") * scale
     s = where(index("T") < length, s, NEG_INF)
     return sum(softmax(s, over="T") * v, over="T")

@@ -101,16 +101,22 @@ TARGETS = {t.name: t for t in (
 )}
 
 
-# Streamed kernels (attention) on wgmma where the target has it: off until the device
-# shows them at parity with mma.sync (issue "Attention past cuDNN"); stream/plan.py says
-# which plans it takes.
+# Streamed kernels (attention) on wgmma where the target has it (stream/plan.py says which
+# plans it takes): PLAIT_STREAM_WGMMA=1 for all of them, =0 for none.
 STREAM_WGMMA_SWITCH = "PLAIT_STREAM_WGMMA"
 
 
-def streams_on_wgmma(instructions: tuple[str, ...]) -> bool:
-    """Whether streamed kernels of a target with these tensor-core instructions are
-    planned for wgmma (the switch is on and the target has it)."""
-    return "wgmma" in instructions and os.environ.get(STREAM_WGMMA_SWITCH, "0") == "1"
+def streams_on_wgmma(instructions: tuple[str, ...], forward: bool, widest: int) -> bool:
+    """Whether a streamed kernel of a target with these tensor-core instructions is
+    planned for wgmma. By default the forward's at heads of 65-128, where the H100 ran
+    wgmma 1.06-1.21x mma.sync (2026-12-08, bench/RESULTS.md; at D64 0.97x; the backward's
+    sums and wider heads not yet measured); the switch decides where it is set."""
+    if "wgmma" not in instructions:
+        return False
+    switch = os.environ.get(STREAM_WGMMA_SWITCH)
+    if switch is not None:
+        return switch == "1"
+    return forward and 64 < widest <= 128
 
 
 def get_target(name: str) -> Target:

@@ -165,14 +165,14 @@ def _multiprocessors() -> int | None:
     return driver.multiprocessors() if driver.gpu_available() else None
 
 
-def lowering_switches() -> tuple[bool, ...]:
+def lowering_switches() -> tuple:
     """The lowering's switches read from the environment (each changes what a program
     compiles to, so the in-process memos are keyed by them)."""
     from plait.lowering.graph import stream_split
     from plait.lowering.ir import shifted_rows, simt_reload
     from plait.lowering.target import STREAM_WGMMA_SWITCH
     return (shifted_rows.enabled(), simt_reload.enabled(),
-            os.environ.get(STREAM_WGMMA_SWITCH, "0") == "1", stream_split.enabled())
+            os.environ.get(STREAM_WGMMA_SWITCH), stream_split.enabled())
 
 
 def get_program(graph, schedule, sizes: dict[str, int], aligned: bool, target: str):

@@ -13,7 +13,7 @@ from plait.schedule.model import WAVE, AxisBlock, KernelSchedule
 
 from ..artifact import Buffer
 from ..target import streams_on_wgmma
-from .stream_split import enabled as split_enabled
+from .stream_split import FEW_ROWS, enabled as split_enabled
 from .kernel_plan import KernelPlan, block_axes, completed, iteration_axes, schedule_for
 from .streaming import NotStreamable, Stream, check_sizes, find_stream, logsumexp_logits
 from .streaming_sums import StreamedSums
@@ -182,11 +182,12 @@ def stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> K
     defaults = target_defaults(instruction)
     ks = schedule.for_kernel(name) if schedule is not None else KernelSchedule()
     rows = dict(ks.grid).get(st.rows, defaults.stream_rows)
-    if st.rows not in dict(ks.grid) and split_enabled():
+    if st.rows not in dict(ks.grid) and split_enabled() and sizes[st.rows] <= FEW_ROWS:
         # few query rows (decoding): a block takes no more than there are, in warps of 16
         rows = min(rows, max(16, -(-sizes[st.rows] // 16) * 16))
     widest = max(sizes[st.depth], sizes[st.cols] if st.cols else 0)
-    if streams_on_wgmma(defaults.instructions):
+    if streams_on_wgmma(defaults.instructions, True, widest) and rows % 64 == 0:
+        # (fewer rows than a warpgroup's 64 stay on mma.sync: stream/plan.wgmma_refusal)
         default_keys = defaults.stream_keys_wgmma_wide if widest > 128 else \
             defaults.stream_keys_wgmma
     else:

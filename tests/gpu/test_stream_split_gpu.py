@@ -1,4 +1,4 @@
-"""Tier 2: streamed attention split along its keys (PLAIT_STREAM_SPLIT=1) on the GPU,
+"""Tier 2: streamed attention split along its keys (by default) on the GPU,
 decoding shapes (a few query rows over long keys), against torch's float32 math-backend
 SDPA from the same inputs, on mma.sync and (sm_90) on wgmma; a dropped or doubled key
 range fails the peer-relative bound."""

@@ -1,4 +1,5 @@
-"""Streamed kernels on wgmma (PLAIT_STREAM_WGMMA=1, off by default): which plans take it,
+"""Streamed kernels on wgmma (by default a forward at heads of 65-128; PLAIT_STREAM_WGMMA=1
+everywhere it fits, =0 nowhere): which plans take it,
 that those plans still compute attention (CPU executor against the float64 reference),
 and that their kernels compile for sm_90a with wgmma products, assemble without spills
 and keep their tiles where the 128-byte swizzle needs them. Whether the GPU agrees is
@@ -74,13 +75,28 @@ def test_wgmma_plans_compute_attention(wgmma, algo, sizes, dtype):
     assert np.abs(out[seen] - ref[seen]).max() < 4 * step * max(1.0, np.abs(ref[seen]).max())
 
 
-def test_the_switch_is_off_by_default_and_sm80_never_takes_wgmma(monkeypatch):
-    graph, _ = _inputs(attention, CASES[0][1], DType.BF16)
+def test_the_default_takes_wgmma_for_forwards_at_heads_of_128_only(monkeypatch):
+    """Where the H100 measured wgmma ahead (a forward at D128): by default; D64 and the
+    backward's sums stay on mma.sync; =0 turns it off, =1 on wherever it fits; sm_80
+    never."""
     monkeypatch.delenv(STREAM_WGMMA_SWITCH, raising=False)
-    (sk,) = _streamed(lower(graph, None, CASES[0][1], True, "sm_90a"))
+    wide = {"B": 1, "H": 1, "S": 130, "T": 259, "D": 128}
+    graph, _ = _inputs(attention, wide, DType.BF16)
+    (sk,) = _streamed(lower(graph, None, wide, True, "sm_90a"))
+    assert sk.instruction == "wgmma" and sk.keys == 128
+    graph64, _ = _inputs(attention, CASES[0][1], DType.BF16)
+    (sk,) = _streamed(lower(graph64, None, CASES[0][1], True, "sm_90a"))
+    assert sk.instruction == "mma_sync"
+    backward = grad(attention)
+    bgraph = backward.graph({p.name: DType.BF16 for p in backward.params if p.is_tensor})
+    sums = [t for t in _streamed(lower(bgraph, None, wide, True, "sm_90a"))
+            if t.name.endswith((".dq", ".dk"))]
+    assert sums and all(t.instruction == "mma_sync" for t in sums)
+    monkeypatch.setenv(STREAM_WGMMA_SWITCH, "0")
+    (sk,) = _streamed(lower(graph, None, wide, True, "sm_90a"))
     assert sk.instruction == "mma_sync"
     monkeypatch.setenv(STREAM_WGMMA_SWITCH, "1")
-    (sk,) = _streamed(lower(graph, None, CASES[0][1], True, "sm_80"))
+    (sk,) = _streamed(lower(graph, None, wide, True, "sm_80"))
     assert sk.instruction == "mma_sync"
 
 
