@@ -53,14 +53,14 @@ def key_splits(st: Stream, sizes: dict[str, int], rows: int, keys: int,
     statistics kernel (no values) and when the switch is off."""
     if not enabled() or st.v is None:
         return 1
-    blocks = -(-sizes[st.rows] // rows)
+    blocks = _ceil(sizes[st.rows], rows)
     for axis in st.batch:
         blocks *= sizes[axis]
     if blocks >= multiprocessors and sizes[st.rows] > FEW_ROWS:
         return 1       # every SM has a block of many rows, whose products keep it busy
                        # (B1 H4 S8192 split in 3 took 6x the output in partials)
-    tiles = -(-sizes[st.keys] // keys)
-    want = -(-multiprocessors * THREADS_AIM // (2 * rows * blocks))
+    tiles = _ceil(sizes[st.keys], keys)
+    want = _ceil(multiprocessors * THREADS_AIM, 2 * rows * blocks)
     return max(1, min(want, tiles // MIN_TILES))
 
 
@@ -68,10 +68,10 @@ def split_stream(planner, name: str, out: str, st: Stream, splits: int, keys: in
                  plan_stream) -> None:
     """Plan `st` (whose output is `out`) as `splits` key ranges and a finish kernel.
     `plan_stream(name, out, st, order)` makes a streamed kernel's plan."""
-    chunk = -(-(-(-planner.sizes[st.keys] // splits)) // keys) * keys
+    chunk = _ceil(_ceil(planner.sizes[st.keys], splits), keys) * keys    # whole key tiles
     part = f"{st.keys}_splits{len(planner.derived)}"
     planner.derived.append((part, st.keys, chunk))
-    planner.sizes[part] = -(-planner.sizes[st.keys] // chunk)
+    planner.sizes[part] = _ceil(planner.sizes[st.keys], chunk)
     planner.axis_order = (part,) + planner.axis_order
     f32 = DType.FP32
     rows = st.batch + (st.rows,)
@@ -87,7 +87,7 @@ def split_stream(planner, name: str, out: str, st: Stream, splits: int, keys: in
     planner.kernels.append(plan_stream(name, o_name, parted, planner.axis_order))
     o_in = Node("input", (), o_part.axes, f32, make_attrs(name=o_name), st.total.loc)
     lse_in = Node("input", (), lse_part.axes, f32, make_attrs(name=lse_name), st.total.loc)
-    total, lse = _combine(o_in, lse_in, part, st.total.loc)
+    total, lse = _combine(o_in, lse_in, part)
     outputs = {out: st.out}
     swap = {st.total.uid: _cast(total, st.total.dtype)}
     if st.saved_lse is not None:
@@ -102,7 +102,11 @@ def split_stream(planner, name: str, out: str, st: Stream, splits: int, keys: in
     planner.plan(finish, rest, planner._finish_schedule(rest, finish))
 
 
-def _combine(o_in: Node, lse_in: Node, part: str, loc) -> tuple[Node, Node]:
+def _ceil(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _combine(o_in: Node, lse_in: Node, part: str) -> tuple[Node, Node]:
     """(sum of the ranges' sums weighted by their share, the log-sum-exp of all keys)."""
     f32 = DType.FP32
     rows = tuple(a for a in lse_in.axes if a != part)

@@ -261,7 +261,7 @@ class StreamEmitter(StepOps, KernelEmitter):
             else:
                 first = b.select(b.icmp_signed(">", lo, first), lo, first)
                 end = b.select(b.icmp_signed("<", hi, end), hi, end)
-        elif self.split is None:
+        elif self.split is None:          # every tile: a span that needs no clamp
             self.key_first, self.key_span = first, end
             return
         span = b.sub(end, first)
