@@ -106,17 +106,21 @@ TARGETS = {t.name: t for t in (
 STREAM_WGMMA_SWITCH = "PLAIT_STREAM_WGMMA"
 
 
-def streams_on_wgmma(instructions: tuple[str, ...], forward: bool, widest: int) -> bool:
-    """Whether a streamed kernel of a target with these tensor-core instructions is
-    planned for wgmma. By default the forward's at heads of 65-128, where the H100 ran
-    wgmma 1.06-1.21x mma.sync (2026-12-08, bench/RESULTS.md; at D64 0.97x; the backward's
-    sums and wider heads not yet measured); the switch decides where it is set."""
-    if "wgmma" not in instructions:
+def streams_on_wgmma(instructions: tuple[str, ...], forward: bool,
+                     widths: tuple[int, ...]) -> bool:
+    """Whether a streamed kernel of a target with these tensor-core instructions, whose
+    operands are `widths` wide, is planned for wgmma: only widths of whole 64-column
+    panels (padded to 16: 64, 128, 192, 256). By default the forward's at heads of 128,
+    where the H100 ran wgmma 1.06-1.21x mma.sync (2026-12-08, bench/RESULTS.md; at D64
+    0.97x; the backward's sums and wider heads not yet measured); the switch decides
+    where it is set."""
+    padded = [-(-w // 16) * 16 for w in widths]
+    if "wgmma" not in instructions or any(p % 64 or p > 256 for p in padded):
         return False
     switch = os.environ.get(STREAM_WGMMA_SWITCH)
     if switch is not None:
         return switch == "1"
-    return forward and 64 < widest <= 128
+    return forward and max(padded) == 128
 
 
 def get_target(name: str) -> Target:

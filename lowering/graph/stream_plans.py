@@ -186,7 +186,8 @@ def stream_plan(name, out, st: Stream, schedule, instruction, order, sizes) -> K
         # few query rows (decoding): a block takes no more than there are, in warps of 16
         rows = min(rows, max(16, -(-sizes[st.rows] // 16) * 16))
     widest = max(sizes[st.depth], sizes[st.cols] if st.cols else 0)
-    if streams_on_wgmma(defaults.instructions, True, widest) and rows % 64 == 0:
+    widths = (sizes[st.depth],) + ((sizes[st.cols],) if st.cols else ())
+    if streams_on_wgmma(defaults.instructions, True, widths) and rows % 64 == 0:
         # (fewer rows than a warpgroup's 64 stay on mma.sync: stream/plan.wgmma_refusal)
         default_keys = defaults.stream_keys_wgmma_wide if widest > 128 else \
             defaults.stream_keys_wgmma

@@ -211,8 +211,8 @@ def plan_stream(tile: TileProgram, plan, sizes: dict[str, int], target: str) -> 
                       streamed, tuple(name for name, _ in plan.outputs
                                       if name not in scattered),
                       tuple(sorted(widths.items())), rows // (16 * warps), scattered)
-    widest = max(t.width for t in residents + streamed)
-    if streams_on_wgmma(get_target(target).instructions, isinstance(st, Stream), widest) and \
+    widths = tuple(t.width for t in residents + streamed)
+    if streams_on_wgmma(get_target(target).instructions, isinstance(st, Stream), widths) and \
             wgmma_refusal(sk, plan.schedule.warps) is None:
         sk = replace(sk, row_blocks=1, instruction="wgmma")
     limit = get_target(target).shared_per_block
