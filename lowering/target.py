@@ -110,17 +110,17 @@ def streams_on_wgmma(instructions: tuple[str, ...], forward: bool,
                      widths: tuple[int, ...]) -> bool:
     """Whether a streamed kernel of a target with these tensor-core instructions, whose
     operands are `widths` wide, is planned for wgmma: only widths of whole 64-column
-    panels (padded to 16: 64, 128, 192, 256). By default the forward's at heads of 128,
-    where the H100 ran wgmma 1.06-1.21x mma.sync (2026-12-08, bench/RESULTS.md; at D64
-    0.97x; the backward's sums and wider heads not yet measured); the switch decides
-    where it is set."""
+    panels (padded to 16: 64, 128, 192, 256). By default where the H100 ran it ahead
+    (2026-12-08, bench/RESULTS.md): forwards at heads of 128 (1.06-1.21x mma.sync; at D64
+    0.97x) and the backward's sums at 64 and 128 (1.23-1.34x); wider heads are not yet
+    measured. The switch decides where it is set."""
     padded = [-(-w // 16) * 16 for w in widths]
     if "wgmma" not in instructions or any(p % 64 or p > 256 for p in padded):
         return False
     switch = os.environ.get(STREAM_WGMMA_SWITCH)
     if switch is not None:
         return switch == "1"
-    return forward and max(padded) == 128
+    return max(padded) == 128 if forward else max(padded) <= 128
 
 
 def get_target(name: str) -> Target:

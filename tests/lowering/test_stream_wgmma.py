@@ -75,10 +75,9 @@ def test_wgmma_plans_compute_attention(wgmma, algo, sizes, dtype):
     assert np.abs(out[seen] - ref[seen]).max() < 4 * step * max(1.0, np.abs(ref[seen]).max())
 
 
-def test_the_default_takes_wgmma_for_forwards_at_heads_of_128_only(monkeypatch):
-    """Where the H100 measured wgmma ahead (a forward at D128): by default; D64 and the
-    backward's sums stay on mma.sync; =0 turns it off, =1 on wherever it fits; sm_80
-    never."""
+def test_the_default_takes_wgmma_where_the_h100_measured_it_ahead(monkeypatch):
+    """By default: a forward at D128 and the backward's sums at D64 and D128; a forward
+    at D64 stays on mma.sync; =0 turns it off, =1 on wherever it fits; sm_80 never."""
     monkeypatch.delenv(STREAM_WGMMA_SWITCH, raising=False)
     wide = {"B": 1, "H": 1, "S": 130, "T": 259, "D": 128}
     graph, _ = _inputs(attention, wide, DType.BF16)
@@ -91,7 +90,10 @@ def test_the_default_takes_wgmma_for_forwards_at_heads_of_128_only(monkeypatch):
     bgraph = backward.graph({p.name: DType.BF16 for p in backward.params if p.is_tensor})
     sums = [t for t in _streamed(lower(bgraph, None, wide, True, "sm_90a"))
             if t.name.endswith((".dq", ".dk"))]
-    assert sums and all(t.instruction == "mma_sync" for t in sums)
+    assert sums and all(t.instruction == "wgmma" for t in sums)
+    narrow = lower(bgraph, None, CASES[0][1], True, "sm_90a")
+    sums = [t for t in _streamed(narrow) if t.name.endswith((".dq", ".dk"))]
+    assert sums and all(t.instruction == "wgmma" for t in sums)
     monkeypatch.setenv(STREAM_WGMMA_SWITCH, "0")
     (sk,) = _streamed(lower(graph, None, wide, True, "sm_90a"))
     assert sk.instruction == "mma_sync"
